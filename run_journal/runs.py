@@ -1,0 +1,213 @@
+"""The run row (lifecycle and usage totals of one run) and the status fold over lifecycle events."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Final, Protocol
+
+from run_journal.envelope import JsonObject, as_utc, normalize, utc_now, validate_id
+
+
+class RunStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCESS = "success"
+    ERROR = "error"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATUSES: Final = frozenset(
+    {RunStatus.SUCCESS, RunStatus.ERROR, RunStatus.INTERRUPTED, RunStatus.CANCELLED}
+)
+STATUS_AFTER: Final = {
+    "run.start": RunStatus.RUNNING,
+    "run.end": RunStatus.SUCCESS,
+    "run.error": RunStatus.ERROR,
+    "run.interrupt": RunStatus.INTERRUPTED,
+    "run.cancel": RunStatus.CANCELLED,
+}
+"""The lifecycle transition each lifecycle event makes; every other event leaves status alone."""
+
+
+class _HasEventType(Protocol):
+    @property
+    def event_type(self) -> str: ...
+
+
+def status_of(events: Iterable[_HasEventType]) -> RunStatus:
+    """Fold one run's events (in seq order) into its status: the last transition wins.
+
+    A run with no lifecycle event is ``pending``; a run that started and never ended is ``running``
+    (which is what an orphan looks like until ``reconcile_orphans`` closes it).
+    """
+    status = RunStatus.PENDING
+    for event in events:
+        status = STATUS_AFTER.get(event.event_type, status)
+    return status
+
+
+def may_replace(stored: str, new: str) -> bool:
+    """A finished run is never reopened: a terminal status only accepts the same status again."""
+    return stored not in TERMINAL_STATUSES or stored == new
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UsageTotals:
+    """Token usage and cost of a set of model calls. ``cost_usd`` is None when any price is unknown."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    reasoning_tokens: int = 0
+    llm_calls: int = 0
+    cost_usd: float | None = None
+
+    def __add__(self, other: UsageTotals) -> UsageTotals:
+        return UsageTotals(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_creation_tokens=self.cache_creation_tokens + other.cache_creation_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            llm_calls=self.llm_calls + other.llm_calls,
+            cost_usd=_add_cost(self, other),
+        )
+
+    def to_dict(self) -> JsonObject:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> UsageTotals:
+        known = {field.name for field in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in (data or {}).items() if key in known})
+
+
+def _add_cost(left: UsageTotals, right: UsageTotals) -> float | None:
+    """Cost of a sum: unknown if either side made calls at an unknown price."""
+    if (left.llm_calls and left.cost_usd is None) or (right.llm_calls and right.cost_usd is None):
+        return None
+    if left.cost_usd is None and right.cost_usd is None:
+        return None
+    return (left.cost_usd or 0.0) + (right.cost_usd or 0.0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunRow:
+    """One run's lifecycle and totals, written by the journal at start, during and at the end.
+
+    Token and cost totals are accumulated while callbacks fire (never rebuilt from event rows);
+    ``status`` always agrees with ``status_of`` over the run's own events.
+    """
+
+    run_id: str
+    thread_id: str
+    user_id: str | None = None
+    status: str = RunStatus.PENDING
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    updated_at: datetime = dataclasses.field(default_factory=utc_now)
+    resumed_from: str | None = None
+    error: str | None = None
+    usage: UsageTotals = UsageTotals()
+    usage_by_caller: Mapping[str, UsageTotals] = dataclasses.field(default_factory=dict)
+    usage_by_model: Mapping[str, UsageTotals] = dataclasses.field(default_factory=dict)
+    tool_call_count: int = 0
+    tool_error_count: int = 0
+    message_count: int = 0
+    first_human_message: str | None = None
+    last_ai_message: str | None = None
+    metadata: JsonObject = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_id("run_id", self.run_id)
+        validate_id("thread_id", self.thread_id)
+        if self.user_id is not None:
+            validate_id("user_id", self.user_id)
+        object.__setattr__(self, "status", RunStatus(self.status))
+        for name in ("started_at", "ended_at", "updated_at"):
+            moment = getattr(self, name)
+            if moment is not None:
+                object.__setattr__(self, name, as_utc(moment))
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def llm_call_count(self) -> int:
+        return self.usage.llm_calls
+
+    @property
+    def total_tokens(self) -> int:
+        return self.usage.total_tokens
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self.usage.cost_usd
+
+    def replace(self, **changes: Any) -> RunRow:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> JsonObject:
+        def moment(value: datetime | None) -> str | None:
+            return value.isoformat() if value else None
+
+        return {
+            "run_id": self.run_id,
+            "thread_id": self.thread_id,
+            "user_id": self.user_id,
+            "status": self.status.value if isinstance(self.status, RunStatus) else self.status,
+            "started_at": moment(self.started_at),
+            "ended_at": moment(self.ended_at),
+            "updated_at": moment(self.updated_at),
+            "resumed_from": self.resumed_from,
+            "error": self.error,
+            "usage": self.usage.to_dict(),
+            "usage_by_caller": {key: value.to_dict() for key, value in self.usage_by_caller.items()},
+            "usage_by_model": {key: value.to_dict() for key, value in self.usage_by_model.items()},
+            "tool_call_count": self.tool_call_count,
+            "tool_error_count": self.tool_error_count,
+            "message_count": self.message_count,
+            "first_human_message": self.first_human_message,
+            "last_ai_message": self.last_ai_message,
+            "metadata": normalize(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunRow:
+        def moment(value: str | None) -> datetime | None:
+            return datetime.fromisoformat(value) if value else None
+
+        return cls(
+            run_id=data["run_id"],
+            thread_id=data["thread_id"],
+            user_id=data.get("user_id"),
+            status=data.get("status", RunStatus.PENDING),
+            started_at=moment(data.get("started_at")),
+            ended_at=moment(data.get("ended_at")),
+            updated_at=moment(data.get("updated_at")) or utc_now(),
+            resumed_from=data.get("resumed_from"),
+            error=data.get("error"),
+            usage=UsageTotals.from_dict(data.get("usage")),
+            usage_by_caller={
+                key: UsageTotals.from_dict(value)
+                for key, value in (data.get("usage_by_caller") or {}).items()
+            },
+            usage_by_model={
+                key: UsageTotals.from_dict(value)
+                for key, value in (data.get("usage_by_model") or {}).items()
+            },
+            tool_call_count=int(data.get("tool_call_count", 0)),
+            tool_error_count=int(data.get("tool_error_count", 0)),
+            message_count=int(data.get("message_count", 0)),
+            first_human_message=data.get("first_human_message"),
+            last_ai_message=data.get("last_ai_message"),
+            metadata=dict(data.get("metadata") or {}),
+        )

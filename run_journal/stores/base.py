@@ -1,0 +1,307 @@
+"""The store contract: what every backend does, and the few pieces of logic they all share.
+
+A backend implements the abstract methods below; ``run_journal.testing`` is the conformance suite
+that proves it. Stores never import a producer or a consumer.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Final, Self
+
+from run_journal.catalog import LEGACY_ALIASES, canonical_event_type
+from run_journal.envelope import JsonObject, JsonValue, NewEvent, RunEvent
+from run_journal.runs import RunRow
+
+CONTRACT_MAJOR: Final = 1
+"""Major version of the stored-record contract; a store written by another major is refused."""
+CONTRACT_VERSION: Final = "1.0.0"
+MAX_PAGE: Final = 10_000
+
+
+class StoreError(RuntimeError):
+    """A store could not do what was asked (unreachable, closed, incompatible, corrupt)."""
+
+
+class IncompatibleStoreError(StoreError):
+    """The store was written by a contract major version this library cannot read."""
+
+
+class StoreClosedError(StoreError):
+    """The store was closed; no further reads or writes are possible."""
+
+
+EventInput = NewEvent | Mapping[str, Any]
+
+
+def as_new_event(item: EventInput) -> NewEvent:
+    """Accept a ``NewEvent`` or a mapping of ``put()``'s keyword arguments."""
+    if isinstance(item, NewEvent):
+        return item
+    if isinstance(item, RunEvent):
+        return item.as_new_event()
+    if isinstance(item, Mapping):
+        fields = {key: value for key, value in item.items() if key != "seq" and value is not None}
+        return NewEvent(**fields)
+    raise TypeError(f"put_batch takes NewEvent objects or mappings, got {type(item).__name__}")
+
+
+def check_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}, got {limit!r}")
+    return limit
+
+
+def check_cursor(name: str, value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def message_event_types() -> tuple[str, ...]:
+    """Names that count as model messages when reading, the legacy alias included."""
+    return ("llm.ai.response", *LEGACY_ALIASES)
+
+
+class RunEventStore(abc.ABC):
+    """An append-only, per-thread ordered log of ``RunEvent`` records plus one ``RunRow`` per run.
+
+    Ordering guarantee: ``seq`` is assigned inside the step that persists the event, starts at 1 per
+    thread and is dense under concurrent writers. ``event_id`` is unique per store, which makes every
+    write safe to retry. Reads return fresh objects; nothing a caller does to them reaches the store.
+    """
+
+    follow_poll_interval: float = 0.2
+    """Seconds between polls in the default ``follow`` (backends with a wake-up signal ignore it)."""
+
+    _closed: bool = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def setup(self) -> None:  # noqa: B027 - optional hook: stores without schema do nothing
+        """Create or migrate what the store needs; idempotent and safe to run concurrently."""
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> Self:
+        await self.setup()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- writes ----------------------------------------------------------------------------------
+    async def put(
+        self,
+        *,
+        thread_id: str,
+        run_id: str,
+        event_type: str,
+        category: str,
+        content: JsonValue | Any = "",
+        metadata: Mapping[str, Any] | None = None,
+        created_at: datetime | None = None,
+        event_id: str | None = None,
+        user_id: str | None = None,
+    ) -> RunEvent:
+        """Append one event and return it with its seq (the stored record if event_id exists)."""
+        event = as_new_event(
+            {
+                "thread_id": thread_id, "run_id": run_id, "event_type": event_type,
+                "category": category, "content": content, "metadata": metadata,
+                "created_at": created_at, "event_id": event_id, "user_id": user_id,
+            }
+        )
+        (stored,) = await self.put_batch([event])
+        return stored
+
+    async def put_batch(self, events: Iterable[EventInput]) -> list[RunEvent]:
+        """Append events (of any threads and runs) in order; one result per input, in input order.
+
+        Everything is validated before anything is written. An event whose ``event_id`` is already
+        stored (or repeated earlier in the batch) is not written again: its stored record is returned.
+        """
+        batch = [as_new_event(item) for item in events]
+        if not batch:
+            return []
+        self._check_open()
+        return await self._append(batch)
+
+    async def put_if_absent(
+        self,
+        *,
+        thread_id: str,
+        run_id: str,
+        event_type: str,
+        category: str,
+        content: JsonValue | Any = "",
+        metadata: Mapping[str, Any] | None = None,
+        created_at: datetime | None = None,
+        event_id: str | None = None,
+        user_id: str | None = None,
+    ) -> tuple[RunEvent, bool]:
+        """Write a run-scoped singleton: the first event of ``event_type`` in the run wins.
+
+        Returns ``(event, True)`` when this call wrote it, ``(existing, False)`` otherwise; atomic
+        against concurrent callers in other tasks and processes.
+        """
+        event = as_new_event(
+            {
+                "thread_id": thread_id, "run_id": run_id, "event_type": event_type,
+                "category": category, "content": content, "metadata": metadata,
+                "created_at": created_at, "event_id": event_id, "user_id": user_id,
+            }
+        )
+        self._check_open()
+        return await self._put_if_absent(event)
+
+    @abc.abstractmethod
+    async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+        """Persist a validated batch atomically per thread, assigning seq; dedupe by event_id."""
+
+    @abc.abstractmethod
+    async def _put_if_absent(self, event: NewEvent) -> tuple[RunEvent, bool]: ...
+
+    # -- reads -----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def list_messages(
+        self,
+        thread_id: str,
+        *,
+        limit: int = 50,
+        before_seq: int | None = None,
+        after_seq: int | None = None,
+        user_id: str | None = None,
+    ) -> list[RunEvent]:
+        """Category ``message`` rows of a thread, ascending by seq.
+
+        ``after_seq``: the first ``limit`` rows above it. ``before_seq``: the last ``limit`` rows
+        below it. Neither: the latest ``limit`` rows. ``user_id`` keeps only that user's rows.
+        """
+
+    @abc.abstractmethod
+    async def list_messages_by_run(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        limit: int = 50,
+        before_seq: int | None = None,
+        after_seq: int | None = None,
+        user_id: str | None = None,
+    ) -> list[RunEvent]:
+        """``list_messages`` restricted to one run."""
+
+    @abc.abstractmethod
+    async def list_events(
+        self,
+        thread_id: str,
+        run_id: str | None = None,
+        *,
+        event_types: Sequence[str] | None = None,
+        task_id: str | None = None,
+        limit: int = 500,
+        after_seq: int | None = None,
+        user_id: str | None = None,
+    ) -> list[RunEvent]:
+        """Every category, ascending by seq: the first ``limit`` rows above ``after_seq`` (or 0).
+
+        ``event_types`` filters by name (a legacy alias matches its canonical name and vice versa);
+        ``task_id`` keeps rows whose ``metadata.task_id`` equals it.
+        """
+
+    @abc.abstractmethod
+    async def count_messages(self, thread_id: str, *, user_id: str | None = None) -> int: ...
+
+    @abc.abstractmethod
+    async def list_threads(self, *, user_id: str | None = None, limit: int = 1000) -> list[str]:
+        """Thread ids that hold events, ascending."""
+
+    @abc.abstractmethod
+    async def last_seq(self, thread_id: str) -> int:
+        """The highest seq ever assigned in the thread (0 for a thread with no events)."""
+
+    async def follow(
+        self, thread_id: str, *, after_seq: int = 0, user_id: str | None = None
+    ) -> AsyncIterator[RunEvent]:
+        """Yield the thread's events above ``after_seq`` as they are written, until closed.
+
+        Stops when the store is closed or the consumer stops iterating (``aclose()`` on the
+        iterator, or leaving an ``async for``). Sees writes from other processes too.
+        """
+        cursor = check_cursor("after_seq", after_seq) or 0
+        while not self._closed:
+            page = await self.list_events(thread_id, limit=500, after_seq=cursor, user_id=user_id)
+            for event in page:
+                cursor = event.seq
+                yield event
+            if not page:
+                await self._wait_for_events(thread_id, cursor)
+
+    async def _wait_for_events(self, thread_id: str, after_seq: int) -> None:
+        """Return when events above ``after_seq`` may exist; backends with signals override."""
+        await asyncio.sleep(self.follow_poll_interval)
+
+    # -- runs ------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def put_run(self, row: RunRow) -> RunRow:
+        """Insert or update a run row; returns the row as stored.
+
+        A finished run is never reopened: if the stored status is terminal and ``row.status``
+        differs, nothing is written and the stored row is returned (see ``runs.may_replace``).
+        """
+
+    @abc.abstractmethod
+    async def get_run(self, run_id: str) -> RunRow | None: ...
+
+    @abc.abstractmethod
+    async def list_runs(
+        self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
+    ) -> list[RunRow]:
+        """Run rows of a thread (or of every thread), oldest first; optionally by status."""
+
+    # -- deletes ---------------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def delete_by_thread(self, thread_id: str) -> int:
+        """Delete a thread's events and run rows; returns the number of events deleted."""
+
+    @abc.abstractmethod
+    async def delete_by_run(self, thread_id: str, run_id: str) -> int:
+        """Delete one run's events and its row; returns the number of events deleted.
+
+        The seq of the remaining events is unchanged, and new events continue above the highest
+        seq ever assigned, so a deleted range never comes back with other content.
+        """
+
+    # -- helpers for backends --------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{type(self).__name__} is closed")
+
+
+def expand_event_types(event_types: Sequence[str] | None) -> tuple[str, ...] | None:
+    """Names to match for an ``event_types`` filter: each name plus its alias / canonical twin."""
+    if event_types is None:
+        return None
+    if isinstance(event_types, str):
+        raise TypeError("event_types must be a sequence of names, not a single string")
+    names = {canonical_event_type(name) for name in event_types} | set(event_types)
+    names |= {alias for alias, target in LEGACY_ALIASES.items() if target in names}
+    return tuple(sorted(names))
+
+
+def metadata_task_id(metadata: JsonObject) -> str | None:
+    """The ``task_id`` a row is filed under (subagent events carry it in metadata)."""
+    task_id = metadata.get("task_id")
+    return task_id if isinstance(task_id, str) else None
