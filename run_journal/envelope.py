@@ -47,7 +47,8 @@ METADATA_LIMIT: Final = 1024 * 1024
 """Serialized metadata bytes; metadata is filterable evidence, so oversize is rejected, not cut."""
 
 _SURROGATES: Final = re.compile("[\ud800-\udfff]")
-_CONTROL: Final = re.compile("[\x00-\x1f\x7f]")
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""C0, DEL and C1 controls (category Cc): C1 bytes such as U+009B act as terminal escapes."""
 _CYCLE: Final = "<cycle>"
 _TOO_DEEP: Final = "<max depth>"
 _TRUNCATION_MARK: Final = "…[truncated]"
@@ -101,7 +102,11 @@ def _normalize_container(value: Any, depth: int, active: set[int]) -> JsonValue:
         items = [_normalize(item, depth, active) for item in value]
         return sorted(items, key=dumps)
     if isinstance(value, BaseModel):
-        return _normalize(value.model_dump(mode="python"), depth, active)
+        try:
+            dumped = value.model_dump(mode="python")
+        except Exception:  # noqa: BLE001 - a model whose serializer fails must not lose the event
+            return _normalize_leaf(value)
+        return _normalize(dumped, depth, active)
     return {
         field.name: _normalize(getattr(value, field.name), depth, active)
         for field in dataclasses.fields(value)
@@ -117,14 +122,18 @@ def _normalize_leaf(value: Any) -> JsonValue:
         return _normalize(int(value), 0, set())
     if isinstance(value, float):
         return _normalize(float(value), 0, set())
-    if isinstance(value, str):
-        return _clean_text(str(value))
+    if isinstance(value, str):  # a str subclass: its characters, whatever its __str__ says
+        return _clean_text(str.__str__(value))
     if isinstance(value, datetime | date | time):
         return value.isoformat()
     if isinstance(value, bytes | bytearray | memoryview):
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, Decimal | uuid.UUID | PurePath):
         return str(value)
+    return _text_of(value)
+
+
+def _text_of(value: Any) -> str:
     try:
         text = str(value)
     except Exception:  # noqa: BLE001 - a broken __str__ must not lose the event
@@ -134,10 +143,10 @@ def _normalize_leaf(value: Any) -> JsonValue:
 
 def _key(key: Any) -> str:
     if isinstance(key, str):
-        return _clean_text(key)
+        return _clean_text(str.__str__(key))
     if isinstance(key, enum.Enum):
         key = key.value
-    return _clean_text(str(key))
+    return _text_of(key)
 
 
 def _clean_text(text: str) -> str:
@@ -266,7 +275,8 @@ def _cap(
             return content, content_json, {**metadata, "content_truncated": note}
         content = _shorten_longest_text(content, excess + len(_TRUNCATION_MARK.encode()) + 16)
         content_json = dumps(content)
-    preview = original[: limit // 2].decode("utf-8", "ignore")
+    # JSON-escaping the preview at most doubles its bytes (the text holds no raw control characters).
+    preview = original[: (limit - 64) // 2].decode("utf-8", "ignore")
     content = {"truncated": True, "preview": preview}
     return content, dumps(content), {**metadata, "content_truncated": note}
 
@@ -318,6 +328,10 @@ class RunEvent:
     created_at: datetime
     event_id: str
     user_id: str | None = None
+
+    def __post_init__(self) -> None:
+        # Every record, however built (a store read, an export line), carries an aware UTC time.
+        object.__setattr__(self, "created_at", as_utc(self.created_at))
 
     def to_dict(self) -> JsonObject:
         """The JSON form of the record (validates against the contract's record schema)."""
