@@ -59,7 +59,8 @@ def _entry_differences(name: str, definition: EventDefinition, spec: dict[str, A
         ours = getattr(definition, field)
         ours = ours.value if isinstance(ours, Category) else ours
         if spec.get(field) != ours:
-            problems.append(f"{name}: {field} is {ours!r} in the catalog, {spec.get(field)!r} in the contract")
+            theirs = spec.get(field)
+            problems.append(f"{name}: {field} is {ours!r} in the catalog, {theirs!r} in the contract")
     return problems
 
 
@@ -119,7 +120,8 @@ def test_adding_renaming_or_aliasing_in_one_place_is_reported(
     monkeypatch.setattr(catalog, "LEGACY_ALIASES", MappingProxyType({"ai_msg": "llm.ai.response"}))
     assert any("legacy alias" in problem for problem in catalog_differences(contract))
     monkeypatch.undo()
-    changed = {**contract, "dynamic_events": {"middleware:{name}": contract["dynamic_events"]["middleware:{tag}"]}}
+    renamed = {"middleware:{name}": contract["dynamic_events"]["middleware:{tag}"]}
+    changed = {**contract, "dynamic_events": renamed}
     assert any("dynamic events" in problem for problem in catalog_differences(changed))
 
 
@@ -175,7 +177,8 @@ def test_payload_objects_allow_additional_properties(contract: dict[str, Any]) -
 
 def test_contract_is_versioned_and_documents_compatibility(contract: dict[str, Any]) -> None:
     assert re.fullmatch(r"\d+\.\d+\.\d+", contract["contract_version"])
-    assert contract["compatibility"]["additive"] and contract["compatibility"]["breaking"]
+    assert contract["compatibility"]["additive"]
+    assert contract["compatibility"]["breaking"]
     assert any("category" in rule for rule in contract["compatibility"]["breaking"])
     assert isinstance(contract["known_gaps"], list)
 
@@ -223,7 +226,8 @@ def test_record_schema_requires_every_envelope_field(field: str) -> None:
 )
 def test_record_schema_rejects_bad_envelopes(changes: dict[str, Any], fragment: str) -> None:
     problems = validate_record(_record(**changes))
-    assert problems and all(problem.startswith(f"record: {fragment}") for problem in problems)
+    assert problems
+    assert all(problem.startswith(f"record: {fragment}") for problem in problems)
 
 
 def test_payload_schemas_are_applied_through_the_references() -> None:
