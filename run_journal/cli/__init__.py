@@ -1,0 +1,169 @@
+"""``run-journal URL COMMAND ...``: look at a store from a terminal or a script.
+
+Every command reads through the store contract (plus ``run_journal.projections``), so it works on any
+backend ``open_store`` knows. Mistakes (bad URL, unknown thread) are one line on stderr with exit status
+2 (usage) or 1 (not found / problem found); ``--traceback`` shows the full error instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Final, TextIO
+from urllib.parse import urlsplit
+
+from run_journal.cli.common import CliError, Command
+from run_journal.cli.maintenance import cmd_copy, cmd_export, cmd_reconcile, cmd_verify
+from run_journal.cli.reading import cmd_events, cmd_runs, cmd_show, cmd_tail, cmd_threads, cmd_usage
+from run_journal.stores.base import StoreError
+from run_journal.stores.urls import file_path_of, open_store
+
+__all__ = ["build_parser", "main"]
+
+_BACKEND_MODULES: Final = ("sqlalchemy", "asyncpg", "aiosqlite", "sqlite3", "redis")
+
+
+def parse_duration(text: str) -> timedelta:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h, 1d)")
+    unit = {"s": "seconds", "": "seconds", "m": "minutes", "h": "hours", "d": "days"}[match[2]]
+    return timedelta(**{unit: float(match[1])})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="run-journal", description="Inspect, verify, export and copy a run-journal store.",
+        epilog="URL: memory://, jsonl:///dir, sqlite:///file.db, postgresql://user@host/db",
+    )
+    parser.add_argument("url", metavar="URL", help="the store (source store for copy)")
+    parser.add_argument("--traceback", action="store_true", help="show full errors (for bug reports)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, handler: Command, help_text: str, *, json_flag: bool = False) -> Any:
+        child = sub.add_parser(name, help=help_text, description=help_text)
+        child.set_defaults(handler=handler)
+        if json_flag:
+            child.add_argument("--json", action="store_true", help="one JSON object per line")
+        return child
+
+    command("threads", cmd_threads, "list threads with their event and run counts", json_flag=True)
+    command("runs", cmd_runs, "list a thread's runs", json_flag=True).add_argument("thread")
+    show = command("show", cmd_show, "a run as a timeline, then its totals")
+    show.add_argument("run")
+    show.add_argument("--thread", help="the run's thread, when the store has no run row for it")
+    events = command("events", cmd_events, "a thread's events (list_events filters)", json_flag=True)
+    events.add_argument("thread")
+    events.add_argument("--run")
+    events.add_argument("--type", dest="types", action="append", metavar="TYPE",
+                        help="event type (repeatable)")
+    events.add_argument("--task", help="subagent task_id")
+    events.add_argument("--limit", type=_positive, default=500)
+    events.add_argument("--after-seq", type=_non_negative)
+    tail = command("tail", cmd_tail, "follow a thread's new events until Ctrl-C", json_flag=True)
+    tail.add_argument("thread")
+    tail.add_argument("--last", type=_non_negative, default=10, help="events of history first")
+    tail.add_argument("--after-seq", type=_non_negative, help="start after this seq instead")
+    command("verify", cmd_verify, "check seq density and every row against the contract") \
+        .add_argument("threads", nargs="*", metavar="THREAD")
+    export = command("export", cmd_export, "write events as JSONL (to_dict records)")
+    export.add_argument("threads", nargs="*", metavar="THREAD")
+    export.add_argument("--output", "-o", help="file to write (default: stdout)")
+    copy = command("copy", cmd_copy, "copy events (seq preserved) and run rows to another store")
+    copy.add_argument("destination", metavar="DST")
+    copy.add_argument("--thread", dest="threads", action="append", default=[], metavar="THREAD")
+    command("usage", cmd_usage, "token and cost totals per run, model and caller", json_flag=True) \
+        .add_argument("thread", nargs="?")
+    command("reconcile", cmd_reconcile, "close runs whose worker died") \
+        .add_argument("--older-than", type=parse_duration, required=True, help="e.g. 30m, 2h")
+    return parser
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+# -- entry point ---------------------------------------------------------------------------------
+WRITES: Final = frozenset({"copy", "reconcile"})
+
+
+def check_location(url: str, command: str) -> None:
+    """Read commands must not create an empty SQLite file or JSONL directory by accident."""
+    scheme = urlsplit(url).scheme.lower().split("+", 1)[0]
+    if scheme not in {"sqlite", "jsonl"} or url.split("://", 1)[1] in {"", "/"}:
+        return
+    path = Path(file_path_of(url.split("?", 1)[0]))
+    if str(path) not in {":memory:", ""} and not path.exists() and command not in WRITES:
+        raise CliError(f"no store at {path} (from {url})")
+
+
+async def run(args: argparse.Namespace, out: TextIO) -> int:
+    check_location(args.url, args.command)
+    command: Command = args.handler
+    async with open_store(args.url) as store:
+        return await command(store, args, out)
+
+
+def describe(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def is_backend_error(error: BaseException) -> bool:
+    module = type(error).__module__.split(".", 1)[0]
+    return isinstance(error, StoreError | OSError | TimeoutError) or module in _BACKEND_MODULES
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if len(args_list) >= 3 and args_list[0] == "copy":  # also accept ``copy SRC DST``
+        args_list = [args_list[1], "copy", *args_list[2:]]
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    try:
+        return asyncio.run(run(args, sys.stdout))
+    except KeyboardInterrupt:
+        return 0 if args.command == "tail" else 130
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, and keep Python's exit flush quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except CliError as error:
+        if args.traceback:
+            raise
+        print(f"run-journal: {error}", file=sys.stderr)
+        return error.code
+    except (ValueError, ImportError) as error:
+        if args.traceback:
+            raise
+        print(f"run-journal: {str(error).strip() or describe(error)}", file=sys.stderr)
+        return 2
+    except Exception as error:
+        if args.traceback or not is_backend_error(error):
+            raise
+        print(f"run-journal: {args.url}: {describe(error)}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Store maintenance commands: verify, export, copy, reconcile."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from run_journal.cli.common import PAGE, all_threads, emit, emit_json, iter_events, ranges, require_thread
+from run_journal.contract import validate_record
+from run_journal.envelope import RunEvent
+from run_journal.projections import find_gaps, reconcile_orphans, status_of
+from run_journal.runs import STATUS_AFTER
+from run_journal.stores.base import RunEventStore
+from run_journal.stores.urls import open_store
+
+
+async def cmd_verify(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    threads = args.threads or await all_threads(store)
+    problems = events_checked = 0
+
+    def report(where: str, what: str) -> None:
+        nonlocal problems
+        problems += 1
+        emit(out, f"{where}: {what}")
+
+    for thread_id in threads:
+        seqs: list[int] = []
+        seen_ids: set[str] = set()
+        async for event in iter_events(store, thread_id):
+            events_checked += 1
+            where = f"thread {thread_id} seq {event.seq}"
+            if seqs and event.seq <= seqs[-1]:
+                report(where, f"seq out of order after {seqs[-1]}")
+            seqs.append(event.seq)
+            if event.event_id in seen_ids:
+                report(where, f"duplicate event_id {event.event_id!r}")
+            seen_ids.add(event.event_id)
+            for problem in validate_record(event.to_dict()):
+                report(f"{where} ({event.event_type})", problem)
+        if gaps := find_gaps(seqs):
+            report(f"thread {thread_id}", f"missing seq {ranges(gaps)} (lost writes or a deleted run)")
+        last = await store.last_seq(thread_id)
+        if seqs and last < seqs[-1]:
+            report(f"thread {thread_id}", f"last_seq {last} is below the highest stored seq {seqs[-1]}")
+    runs = [row for thread_id in threads for row in await store.list_runs(thread_id)] if args.threads \
+        else await store.list_runs()
+    for row in runs:
+        lifecycle = [e async for e in iter_events(
+            store, row.thread_id, row.run_id, event_types=sorted(STATUS_AFTER))]
+        starts = sum(1 for e in lifecycle if e.event_type == "run.start")
+        ends = len(lifecycle) - starts
+        where = f"run {row.run_id} (thread {row.thread_id})"
+        if starts > 1 or ends > 1:
+            report(where, f"{starts} run.start and {ends} terminal events (expected at most one each)")
+        folded = status_of(lifecycle)
+        if row.is_terminal and lifecycle and folded != row.status:
+            report(where, f"row status {row.status} but its events fold to {folded}")
+    verdict = "OK" if not problems else f"{problems} problem(s)"
+    emit(out, f"verified {events_checked} events in {len(threads)} thread(s), {len(runs)} run(s): {verdict}")
+    return 1 if problems else 0
+
+
+async def cmd_export(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    threads = args.threads or await all_threads(store)
+    for thread_id in args.threads:
+        await require_thread(store, thread_id)
+    # A command line owns its process: blocking file writes here do not stall anyone's agent.
+    target = open(args.output, "w", encoding="utf-8") if args.output else out  # noqa: SIM115, ASYNC230
+    count = 0
+    try:
+        for thread_id in threads:
+            async for event in iter_events(store, thread_id):
+                emit_json(target, event.to_dict())
+                count += 1
+    finally:
+        if target is not out:
+            target.close()
+    if args.output:
+        print(f"exported {count} events from {len(threads)} thread(s) to {args.output}", file=sys.stderr)
+    return 0
+
+
+async def cmd_copy(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    threads = args.threads or await all_threads(store)
+    async with open_store(args.destination) as destination:
+        written = total = moved = 0
+        for thread_id in threads:
+            before = await destination.last_seq(thread_id)
+            batch: list[RunEvent] = []
+            async for event in iter_events(store, thread_id):
+                batch.append(event)
+                if len(batch) >= PAGE:
+                    moved += await _copy_batch(destination, batch)
+                    total, batch = total + len(batch), []
+            moved += await _copy_batch(destination, batch)
+            total += len(batch)
+            written += await destination.last_seq(thread_id) - before
+        runs = [row for thread_id in threads for row in await store.list_runs(thread_id)]
+        for row in runs:
+            await destination.put_run(row)
+    emit(out, f"copied {total} events ({written} new) and {len(runs)} run rows in {len(threads)} thread(s)")
+    if moved:
+        emit(out, f"warning: {moved} events got a different seq in the destination "
+                  "(it already held other events of those threads, or the source has holes)")
+    return 0
+
+
+async def _copy_batch(destination: RunEventStore, batch: list[RunEvent]) -> int:
+    """Write with the same event_id and created_at; return how many landed at another seq."""
+    stored = await destination.put_batch([event.as_new_event() for event in batch])
+    return sum(1 for source, copy in zip(batch, stored, strict=True) if source.seq != copy.seq)
+
+
+async def cmd_reconcile(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    closed = await reconcile_orphans(store, older_than=args.older_than)
+    for item in closed:
+        emit(out, f"closed run {item.row.run_id} (thread {item.row.thread_id}), silent since "
+                  f"{item.last_activity.isoformat(timespec='seconds')}: run.cancel at seq {item.event.seq}")
+    emit(out, f"{len(closed)} orphaned run(s) closed")
+    return 0
+
+

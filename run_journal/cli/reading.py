@@ -1,0 +1,140 @@
+"""Read commands: threads, runs, show (a run as a timeline), events, tail, usage."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from run_journal.cli import render
+from run_journal.cli.common import (
+    CliError,
+    all_threads,
+    emit,
+    emit_json,
+    iter_events,
+    ranges,
+    require_thread,
+)
+from run_journal.projections import find_gaps, status_of, summarize_usage
+from run_journal.stores.base import RunEventStore
+
+
+async def cmd_threads(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    runs_by_thread: dict[str, list[Any]] = {}
+    for row in await store.list_runs():
+        runs_by_thread.setdefault(row.thread_id, []).append(row)
+    rows: list[list[Any]] = []
+    for thread_id in sorted(set(await all_threads(store)) | set(runs_by_thread)):
+        runs = runs_by_thread.get(thread_id, [])
+        last = runs[-1] if runs else None
+        rows.append([thread_id, await store.last_seq(thread_id), len(runs),
+                     str(last.status) if last else None,
+                     last.started_at.isoformat(timespec="seconds") if last and last.started_at else None])
+    if args.json:
+        keys = ("thread_id", "events", "runs", "last_status", "last_started_at")
+        for cells in rows:
+            emit_json(out, dict(zip(keys, cells, strict=True)))
+    else:
+        for line in render.table(("thread", "events", "runs", "last status", "last started"), rows):
+            emit(out, line)
+    return 0
+
+
+async def cmd_runs(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    await require_thread(store, args.thread)
+    runs = await store.list_runs(args.thread)
+    if args.json:
+        for row in runs:
+            emit_json(out, row.to_dict())
+        return 0
+    rows: list[list[Any]] = []
+    for row in runs:
+        took = row.ended_at - row.started_at if row.started_at and row.ended_at else None
+        duration = took.total_seconds() if took else None
+        rows.append([row.run_id, str(row.status),
+                     row.started_at.isoformat(timespec="seconds") if row.started_at else None,
+                     f"{duration:.2f}s" if duration is not None else None, row.usage.llm_calls,
+                     row.usage.total_tokens, render.cost_text(row.usage.cost_usd),
+                     render.one_line(row.first_human_message or "", 40)])
+    headers = ("run", "status", "started", "took", "calls", "tokens", "cost", "first message")
+    for line in render.table(headers, rows):
+        emit(out, line)
+    return 0
+
+
+async def cmd_show(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    row = await store.get_run(args.run)
+    thread_id = args.thread or (row.thread_id if row else None)
+    if thread_id is None:
+        raise CliError(f"run {args.run!r} not found (no run row; pass --thread if only events exist)")
+    events = [event async for event in iter_events(store, thread_id, args.run)]
+    if row is None and not events:
+        raise CliError(f"run {args.run!r} not found in thread {thread_id!r}")
+    style = render.Style(out)
+    start = events[0].created_at if events else row.started_at if row else None
+    emit(out, style(f"run {args.run}", "bold") + f"  thread {thread_id}"
+         + (f"  {start.date().isoformat()} UTC" if start else ""))
+    for event in events:
+        emit(out, render.event_line(event, style, with_date=False))
+    emit(out)
+    if row is not None:
+        for line in render.run_totals(row):
+            emit(out, line)
+    else:
+        emit(out, f"status {status_of(events)} (folded from events; no run row)")
+    gaps = [event.seq for event in events]
+    if events and (holes := [s for s in find_gaps(gaps) if s >= events[0].seq]):
+        emit(out, f"note: this run's events skip thread seq {ranges(holes)} (other runs or lost rows)")
+    return 0
+
+
+async def cmd_events(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    await require_thread(store, args.thread)
+    style = render.Style(out)
+    count = 0
+    async for event in iter_events(store, args.thread, args.run, event_types=args.types,
+                                   task_id=args.task, after_seq=args.after_seq):
+        if args.json:
+            emit_json(out, event.to_dict())
+        else:
+            emit(out, render.event_line(event, style, with_run=args.run is None))
+        count += 1
+        if count >= args.limit:
+            break
+    return 0
+
+
+async def cmd_tail(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    style = render.Style(out)
+    after = args.after_seq
+    if after is None:
+        after = max(0, await store.last_seq(args.thread) - args.last)
+    async for event in store.follow(args.thread, after_seq=after):
+        if args.json:
+            emit_json(out, event.to_dict())
+        else:
+            emit(out, render.event_line(event, style, with_run=True))
+        out.flush()
+    return 0
+
+
+async def cmd_usage(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    if args.thread:
+        await require_thread(store, args.thread)
+    summary = summarize_usage(await store.list_runs(args.thread))
+    if args.json:
+        emit_json(out, summary.to_dict())
+        return 0
+    sections = [("per run", [render.usage_row(r.run_id, r.usage) for r in summary.runs]),
+                ("per model", [render.usage_row(k, v) for k, v in summary.by_model.items()]),
+                ("per caller", [render.usage_row(k, v) for k, v in summary.by_caller.items()])]
+    for title, rows in sections:
+        emit(out, title)
+        for line in render.table(render.USAGE_HEADERS, rows):
+            emit(out, "  " + line)
+    emit(out, "total")
+    for line in render.table(render.USAGE_HEADERS, [render.usage_row("all runs", summary.total)]):
+        emit(out, "  " + line)
+    return 0
+
+
