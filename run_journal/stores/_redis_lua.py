@@ -1,0 +1,234 @@
+"""The Lua scripts behind ``RedisRunEventStore``: every write is one script, so it is atomic.
+
+Redis runs a script to completion without interleaving other commands, and a script that fails
+half-way keeps what it already wrote. So each write script first *decides* everything (reads only:
+dedupe, seq assignment, singleton checks) and only then writes, with commands that cannot fail on
+well-formed keys. Keys are built in the scripts from the prefix and ids (ids never contain ``/``, which
+is the separator), so the scripts need a single Redis node, not a cluster.
+
+Key layout (``P`` is the store prefix, ``B`` = ``P t/<thread>/``):
+``B seq`` counter, ``B ev`` hash seq -> record, ``B ids`` hash event_id -> seq, sorted sets of seqs
+(score = seq): ``B all``, ``B msg``, ``B r/<run>/all``, ``B r/<run>/msg``, ``B ty/<type>``,
+``B r/<run>/ty/<type>``, ``B task/<sha1(task_id)>``, ``B u/<user>/all``, ``B u/<user>/msg``;
+``B keys`` (set of the dynamic index keys, for deletes and TTL), ``B users``, ``B runs`` (run ids,
+score = first-write order); global: ``P threads``, ``P u/<user>/threads`` (lexical sets), ``P run/<run>``
+(run row hash), ``P runs``, ``P runs/order``. Channel ``B new`` carries the last seq after each append.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+_FIXED_KEYS: Final = """
+local function fixed_keys(B)
+  return {B .. 'seq', B .. 'ev', B .. 'ids', B .. 'all', B .. 'msg', B .. 'keys', B .. 'users', B .. 'runs'}
+end
+
+local function unlink_all(keys)
+  for i = 1, #keys, 500 do
+    redis.call('UNLINK', unpack(keys, i, math.min(i + 499, #keys)))
+  end
+end
+
+-- Remove every key of a thread (and its entries in the global sets); returns the number of events.
+local function drop_thread(P, T, B, with_runs)
+  local count = redis.call('ZCARD', B .. 'all')
+  for _, user in ipairs(redis.call('SMEMBERS', B .. 'users')) do
+    redis.call('ZREM', P .. 'u/' .. user .. '/threads', T)
+  end
+  if with_runs then
+    for _, run in ipairs(redis.call('ZRANGE', B .. 'runs', 0, -1)) do
+      if redis.call('HGET', P .. 'run/' .. run, 'thread_id') == T then
+        redis.call('UNLINK', P .. 'run/' .. run)
+        redis.call('ZREM', P .. 'runs', run)
+      end
+    end
+  end
+  local dynamic = redis.call('SMEMBERS', B .. 'keys')
+  if #dynamic > 0 then unlink_all(dynamic) end
+  unlink_all(fixed_keys(B))
+  redis.call('ZREM', P .. 'threads', T)
+  return count
+end
+"""
+
+APPEND: Final = _FIXED_KEYS + """
+-- ARGV: prefix, thread_id, mode ('append' | 'once'), ttl_seconds, then 7 fields per event:
+-- event_id, run_id, event_type, is_message ('1'/'0'), task key ('' or sha1), user_id ('' or id), record.
+-- Returns seq, stored-record-or-false per event (a record when the event was stored before).
+local P, T, mode, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local B = P .. 't/' .. T .. '/'
+local last = tonumber(redis.call('GET', B .. 'seq') or '0')
+if last == 0 and redis.call('EXISTS', B .. 'ev', B .. 'ids', B .. 'keys') > 0 then
+  -- leftovers of a thread whose counter expired first (keys expire one by one): seq restarts at 1
+  drop_thread(P, T, B, false)
+end
+
+-- decide: no writes in this loop
+local out, plan, fresh = {}, {}, {}
+for o = 5, #ARGV, 7 do
+  local eid = ARGV[o]
+  local seq, stored = fresh[eid], false
+  if not seq then
+    local known = redis.call('HGET', B .. 'ids', eid)
+    if known then stored = redis.call('HGET', B .. 'ev', known) end
+    if not stored and mode == 'once' then
+      known = redis.call('ZRANGE', B .. 'r/' .. ARGV[o + 1] .. '/ty/' .. ARGV[o + 2], 0, 0)[1]
+      if known then stored = redis.call('HGET', B .. 'ev', known) end
+    end
+    if stored then
+      seq = tonumber(known)
+    else
+      last = last + 1
+      seq = last
+      fresh[eid] = seq
+      plan[#plan + 1] = o
+    end
+  end
+  out[#out + 1] = seq
+  out[#out + 1] = stored
+end
+if #plan == 0 then return out end
+
+-- write
+local touched, users = {}, {}
+local function index(key, s)
+  redis.call('ZADD', key, s, s)
+  touched[key] = true
+end
+for _, o in ipairs(plan) do
+  local eid, run, etype = ARGV[o], ARGV[o + 1], ARGV[o + 2]
+  local msg, task, user = ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
+  local s = fresh[eid]
+  local R = B .. 'r/' .. run .. '/'
+  redis.call('HSET', B .. 'ev', s, ARGV[o + 6])
+  redis.call('HSET', B .. 'ids', eid, s)
+  redis.call('ZADD', B .. 'all', s, s)
+  index(R .. 'all', s)
+  index(B .. 'ty/' .. etype, s)
+  index(R .. 'ty/' .. etype, s)
+  if msg == '1' then
+    redis.call('ZADD', B .. 'msg', s, s)
+    index(R .. 'msg', s)
+  end
+  if task ~= '' then index(B .. 'task/' .. task, s) end
+  if user ~= '' then
+    index(B .. 'u/' .. user .. '/all', s)
+    if msg == '1' then index(B .. 'u/' .. user .. '/msg', s) end
+    users[user] = true
+  end
+end
+redis.call('SET', B .. 'seq', last)
+redis.call('ZADD', P .. 'threads', 0, T)
+for key in pairs(touched) do redis.call('SADD', B .. 'keys', key) end
+for user in pairs(users) do
+  redis.call('SADD', B .. 'users', user)
+  redis.call('ZADD', P .. 'u/' .. user .. '/threads', 0, T)
+end
+if ttl > 0 then
+  for _, key in ipairs(fixed_keys(B)) do redis.call('EXPIRE', key, ttl) end
+  for _, key in ipairs(redis.call('SMEMBERS', B .. 'keys')) do redis.call('EXPIRE', key, ttl) end
+end
+redis.call('PUBLISH', B .. 'new', last)
+return out
+"""
+
+PAGE: Final = """
+-- KEYS: a sorted set of seqs, the thread's record hash. ARGV: min, max, count, '1' for descending.
+-- Returns seq, record-or-false pairs in range order: one round trip per index page.
+local seqs
+if ARGV[4] == '1' then
+  seqs = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[2], ARGV[1], 'LIMIT', 0, ARGV[3])
+else
+  seqs = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[2], 'LIMIT', 0, ARGV[3])
+end
+local out = {}
+for i = 1, #seqs, 1000 do
+  local upto = math.min(i + 999, #seqs)
+  local records = redis.call('HMGET', KEYS[2], unpack(seqs, i, upto))
+  for j = i, upto do
+    out[#out + 1] = seqs[j]
+    out[#out + 1] = records[j - i + 1]
+  end
+end
+return out
+"""
+
+DELETE_THREAD: Final = _FIXED_KEYS + """
+-- ARGV: prefix, thread_id. Deletes events, indexes, counter and run rows of the thread.
+local P, T = ARGV[1], ARGV[2]
+return drop_thread(P, T, P .. 't/' .. T .. '/', true)
+"""
+
+DELETE_RUN: Final = """
+-- ARGV: prefix, thread_id, run_id. Deletes the run's events from every index and its row; the
+-- counter stays, so new events continue above the highest seq ever assigned.
+local P, T, run = ARGV[1], ARGV[2], ARGV[3]
+local B = P .. 't/' .. T .. '/'
+local R = B .. 'r/' .. run .. '/'
+local seqs = redis.call('ZRANGE', R .. 'all', 0, -1)
+local users, types = {}, {}
+for i = 1, #seqs, 500 do
+  local upto = math.min(i + 499, #seqs)
+  local records = redis.call('HMGET', B .. 'ev', unpack(seqs, i, upto))
+  for j = i, upto do
+    local s, record = seqs[j], records[j - i + 1]
+    redis.call('ZREM', B .. 'all', s)
+    redis.call('ZREM', B .. 'msg', s)
+    if record then
+      local e = cjson.decode(record)
+      redis.call('HDEL', B .. 'ids', e.event_id)
+      redis.call('ZREM', B .. 'ty/' .. e.event_type, s)
+      types[e.event_type] = true
+      local task = type(e.metadata) == 'table' and e.metadata.task_id
+      if type(task) == 'string' then redis.call('ZREM', B .. 'task/' .. redis.sha1hex(task), s) end
+      if type(e.user_id) == 'string' then
+        redis.call('ZREM', B .. 'u/' .. e.user_id .. '/all', s)
+        redis.call('ZREM', B .. 'u/' .. e.user_id .. '/msg', s)
+        users[e.user_id] = true
+      end
+    end
+    redis.call('HDEL', B .. 'ev', s)
+  end
+end
+local gone = {R .. 'all', R .. 'msg'}
+for etype in pairs(types) do gone[#gone + 1] = R .. 'ty/' .. etype end
+redis.call('UNLINK', unpack(gone))
+redis.call('SREM', B .. 'keys', unpack(gone))
+for user in pairs(users) do
+  if redis.call('EXISTS', B .. 'u/' .. user .. '/all') == 0 then
+    redis.call('ZREM', P .. 'u/' .. user .. '/threads', T)
+    redis.call('SREM', B .. 'users', user)
+  end
+end
+if redis.call('EXISTS', B .. 'all') == 0 then redis.call('ZREM', P .. 'threads', T) end
+if redis.call('HGET', P .. 'run/' .. run, 'thread_id') == T then
+  redis.call('UNLINK', P .. 'run/' .. run)
+  redis.call('ZREM', P .. 'runs', run)
+  redis.call('ZREM', B .. 'runs', run)
+end
+return #seqs
+"""
+
+PUT_RUN: Final = """
+-- ARGV: prefix, run_id, thread_id, status, row JSON, ttl_seconds, terminal statuses...
+-- A stored terminal status only accepts the same status; returns the stored row JSON when refused.
+local P, run, T, status, row, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
+local key = P .. 'run/' .. run
+local current = redis.call('HMGET', key, 'status', 'thread_id', 'order', 'row')
+if current[1] and current[1] ~= status then
+  for i = 7, #ARGV do
+    if ARGV[i] == current[1] then return current[4] end
+  end
+end
+local order = current[3] or redis.call('INCR', P .. 'runs/order')
+if current[2] and current[2] ~= T then redis.call('ZREM', P .. 't/' .. current[2] .. '/runs', run) end
+redis.call('HSET', key, 'status', status, 'thread_id', T, 'order', order, 'row', row)
+redis.call('ZADD', P .. 't/' .. T .. '/runs', order, run)
+redis.call('ZADD', P .. 'runs', order, run)
+if ttl > 0 then
+  redis.call('EXPIRE', key, ttl)
+  redis.call('EXPIRE', P .. 't/' .. T .. '/runs', ttl)
+end
+return false
+"""

@@ -1,0 +1,502 @@
+"""``RedisRunEventStore``: the event stream in Redis, shared by a fleet of workers at low latency.
+
+Every write is one Lua script (``_redis_lua``), so seq assignment, event_id dedupe and indexing are a
+single atomic step on the server: seq stays dense whoever writes. Reads never scan a thread: each
+filter has a sorted set of seqs (score = seq) and a page is ``ZRANGEBYSCORE ... LIMIT`` + ``HMGET`` in
+one script call. ``follow`` subscribes to the thread's channel, which every append publishes to.
+
+Retention (optional): ``retention=RedisRetention(ttl_seconds=N)`` (or ``?ttl_seconds=N`` in the URL)
+gives every key of a thread a time to live that each append refreshes, so a thread untouched for N
+seconds disappears with its run rows. The refresh costs one EXPIRE per index key of the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+
+from run_journal.envelope import NewEvent, RunEvent, validate_id
+from run_journal.runs import TERMINAL_STATUSES, RunRow
+from run_journal.stores import _redis_lua as lua
+from run_journal.stores.base import (
+    CONTRACT_MAJOR,
+    CONTRACT_VERSION,
+    IncompatibleStoreError,
+    RunEventStore,
+    StoreClosedError,
+    check_cursor,
+    check_limit,
+    expand_event_types,
+    metadata_task_id,
+)
+
+DEFAULT_PREFIX: Final = "run_journal:"
+FOLLOW_FALLBACK_SECONDS: Final = 5.0
+"""A follower re-reads at least this often even without a notification (a lost publish, a restart)."""
+
+Keep = Callable[[RunEvent], bool]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RedisRetention:
+    """How long an idle thread lives: every key of a thread expires ``ttl_seconds`` after its last
+    append (run rows: after their last ``put_run``). ``None`` keeps everything until deleted."""
+
+    ttl_seconds: int | None = None
+
+    def __post_init__(self) -> None:
+        ttl = self.ttl_seconds
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1):
+            raise ValueError(f"ttl_seconds must be a positive integer, got {ttl!r}")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def task_key(task_id: str) -> str:
+    """Task ids are free text of any length; their index key uses a digest (sha1, as Lua can)."""
+    return hashlib.sha1(task_id.encode(), usedforsecurity=False).hexdigest()
+
+
+def _record(event: NewEvent) -> str:
+    """The stored text: one JSON object, with content and metadata spliced in as already serialized."""
+    head = json.dumps(
+        {
+            "run_id": event.run_id, "event_type": event.event_type, "category": event.category,
+            "created_at": event.created_at.isoformat(), "event_id": event.event_id,
+            "user_id": event.user_id,
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return f'{head[:-1]},"metadata":{event.metadata_json},"content":{event.content_json}}}'
+
+
+def _event(thread_id: str, seq: int, raw: bytes | str) -> RunEvent:
+    data = json.loads(raw)
+    return RunEvent(
+        thread_id=thread_id,
+        run_id=data["run_id"],
+        seq=seq,
+        event_type=data["event_type"],
+        category=data["category"],
+        content=data["content"],
+        metadata=data["metadata"],
+        created_at=datetime.fromisoformat(data["created_at"]),
+        event_id=data["event_id"],
+        user_id=data["user_id"],
+    )
+
+
+class RedisRunEventStore(RunEventStore):
+    """Run events and run rows in one Redis database, under a key prefix (see ``_redis_lua``)."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        retention: RedisRetention | Mapping[str, Any] | None = None,
+        owns_client: bool = False,
+    ) -> None:
+        if not isinstance(prefix, str) or "/" in prefix:
+            raise ValueError(f"prefix must be a string without '/', got {prefix!r}")
+        self._client = client
+        self._prefix = prefix
+        if isinstance(retention, Mapping):
+            retention = RedisRetention(**retention)
+        self._retention = retention or RedisRetention()
+        self._owns_client = owns_client
+        self._ready = False
+        self._closing = asyncio.Event()
+        self._append_script = client.register_script(lua.APPEND)
+        self._page_script = client.register_script(lua.PAGE)
+        self._delete_thread_script = client.register_script(lua.DELETE_THREAD)
+        self._delete_run_script = client.register_script(lua.DELETE_RUN)
+        self._put_run_script = client.register_script(lua.PUT_RUN)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisRunEventStore:
+        """``redis://host:port/db?prefix=app:&ttl_seconds=86400``; other parameters go to redis-py."""
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        ours = {key: value for key, value in query if key in {"prefix", "ttl_seconds"}}
+        rest = urlencode([(key, value) for key, value in query if key not in ours])
+        if "prefix" in ours:
+            options.setdefault("prefix", ours["prefix"])
+        if "ttl_seconds" in ours:
+            options.setdefault("retention", RedisRetention(ttl_seconds=int(ours["ttl_seconds"])))
+        client = aioredis.Redis.from_url(urlunsplit(parts._replace(query=rest)))
+        return cls(client, owns_client=True, **options)
+
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
+    def _thread_key(self, thread_id: str, suffix: str) -> str:
+        return f"{self._prefix}t/{thread_id}/{suffix}"
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def setup(self) -> None:
+        """Stamp the prefix with the contract version, and refuse one written by another major."""
+        if self._ready:
+            return
+        key = self._prefix + "contract"
+        await self._client.set(key, CONTRACT_VERSION, nx=True)
+        stored = _text(await self._client.get(key) or CONTRACT_VERSION)
+        if stored.split(".", 1)[0] != str(CONTRACT_MAJOR):
+            raise IncompatibleStoreError(
+                f"Redis prefix {self._prefix!r} holds contract {stored}; "
+                f"this library reads {CONTRACT_MAJOR}.x"
+            )
+        self._ready = True
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        await super().aclose()
+        self._closing.set()
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def _open(self) -> None:
+        self._check_open()
+        if not self._ready:
+            await self.setup()
+
+    # -- writes ----------------------------------------------------------------------------------
+    async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+        return [event for event, _ in await self._write(batch, "append")]
+
+    async def _put_if_absent(self, event: NewEvent) -> tuple[RunEvent, bool]:
+        (result,) = await self._write([event], "once")
+        return result
+
+    async def _write(self, batch: Sequence[NewEvent], mode: str) -> list[tuple[RunEvent, bool]]:
+        """One script call per thread, all in one pipeline round trip; results in input order.
+
+        Each result says whether this call wrote the event (False: it was stored before, or it
+        repeats an earlier event_id of the batch, or ``mode="once"`` found the run's singleton).
+        """
+        await self._open()
+        by_thread: dict[str, list[int]] = {}
+        for position, event in enumerate(batch):
+            by_thread.setdefault(event.thread_id, []).append(position)
+        ttl = self._retention.ttl_seconds or 0
+        async with self._client.pipeline(transaction=False) as pipe:
+            for thread_id, positions in by_thread.items():
+                args: list[str | int] = [self._prefix, thread_id, mode, ttl]
+                for position in positions:
+                    event = batch[position]
+                    task_id = metadata_task_id(event.metadata)
+                    args += [
+                        event.event_id, event.run_id, event.event_type,
+                        "1" if event.category == "message" else "0",
+                        task_key(task_id) if task_id is not None else "",
+                        event.user_id or "", _record(event),
+                    ]
+                await self._append_script(args=args, client=pipe)
+            replies = await pipe.execute()
+        results: list[tuple[RunEvent, bool]] = [None] * len(batch)  # type: ignore[list-item]  # filled below
+        for (thread_id, positions), reply in zip(by_thread.items(), replies, strict=True):
+            written: dict[int, RunEvent] = {}
+            for index, position in enumerate(positions):
+                seq, stored = int(reply[2 * index]), reply[2 * index + 1]
+                if stored is not None:
+                    results[position] = (_event(thread_id, seq, stored), False)
+                elif seq in written:
+                    results[position] = (_copy(written[seq], batch[position]), False)
+                else:
+                    written[seq] = RunEvent.stored(batch[position], seq)
+                    results[position] = (written[seq], True)
+        return results
+
+    # -- reads -----------------------------------------------------------------------------------
+    async def list_messages(
+        self,
+        thread_id: str,
+        *,
+        limit: int = 50,
+        before_seq: int | None = None,
+        after_seq: int | None = None,
+        user_id: str | None = None,
+    ) -> list[RunEvent]:
+        validate_id("thread_id", thread_id)
+        index = f"u/{validate_id('user_id', user_id)}/msg" if user_id is not None else "msg"
+        return await self._page(
+            thread_id, [index], limit=limit, before_seq=before_seq, after_seq=after_seq,
+            keep=lambda event: event.category == "message" and _user_matches(event, user_id),
+        )
+
+    async def list_messages_by_run(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        limit: int = 50,
+        before_seq: int | None = None,
+        after_seq: int | None = None,
+        user_id: str | None = None,
+    ) -> list[RunEvent]:
+        validate_id("thread_id", thread_id)
+        validate_id("run_id", run_id)
+        if user_id is not None:
+            validate_id("user_id", user_id)
+        return await self._page(
+            thread_id, [f"r/{run_id}/msg"], limit=limit, before_seq=before_seq, after_seq=after_seq,
+            keep=lambda event: event.category == "message"
+            and event.run_id == run_id
+            and _user_matches(event, user_id),
+        )
+
+    async def list_events(
+        self,
+        thread_id: str,
+        run_id: str | None = None,
+        *,
+        event_types: Sequence[str] | None = None,
+        task_id: str | None = None,
+        limit: int = 500,
+        after_seq: int | None = None,
+        user_id: str | None = None,
+    ) -> list[RunEvent]:
+        """The most selective index drives the page; every filter is re-checked on each record."""
+        validate_id("thread_id", thread_id)
+        if run_id is not None:
+            validate_id("run_id", run_id)
+        if user_id is not None:
+            validate_id("user_id", user_id)
+        names = expand_event_types(event_types)
+        run_part = f"r/{run_id}/" if run_id is not None else ""
+        if names is not None:
+            indexes = [f"{run_part}ty/{name}" for name in names]
+        elif task_id is not None:
+            indexes = [f"task/{task_key(task_id)}"]
+        elif run_id is not None:
+            indexes = [f"r/{run_id}/all"]
+        elif user_id is not None:
+            indexes = [f"u/{user_id}/all"]
+        else:
+            indexes = ["all"]
+
+        def keep(event: RunEvent) -> bool:
+            return (
+                (run_id is None or event.run_id == run_id)
+                and (names is None or event.event_type in names)
+                and (task_id is None or metadata_task_id(event.metadata) == task_id)
+                and _user_matches(event, user_id)
+            )
+
+        return await self._page(
+            thread_id, indexes, limit=limit, after_seq=after_seq if after_seq is not None else 0,
+            before_seq=None, keep=keep,
+        )
+
+    async def _page(
+        self,
+        thread_id: str,
+        indexes: Sequence[str],
+        *,
+        limit: int,
+        before_seq: int | None,
+        after_seq: int | None,
+        keep: Keep,
+    ) -> list[RunEvent]:
+        """Pagination of ``stores/base.py`` over the union of sorted sets ``indexes``.
+
+        ``after_seq`` reads upwards from it (below ``before_seq`` if both are given); otherwise the
+        page is the last ``limit`` rows below ``before_seq`` (or the latest). Pages are fetched in
+        chunks until ``limit`` records pass ``keep``, so a filter the index does not cover is still
+        exact; with one index per filter that loop almost always ends after one round trip.
+        """
+        check_limit(limit)
+        check_cursor("after_seq", after_seq)
+        check_cursor("before_seq", before_seq)
+        await self._open()
+        descending = after_seq is None
+        low = f"({after_seq}" if after_seq is not None else "-inf"
+        high = f"({before_seq}" if before_seq is not None else "+inf"
+        records = self._thread_key(thread_id, "ev")
+        found: list[RunEvent] = []
+        chunk = limit
+        while True:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for index in indexes:
+                    keys = [self._thread_key(thread_id, index), records]
+                    args: list[str | int] = [low, high, chunk, "1" if descending else "0"]
+                    await self._page_script(keys=keys, args=args, client=pipe)
+                replies = await pipe.execute()
+            rows: dict[int, bytes | str | None] = {}
+            bound: int | None = None
+            for reply in replies:
+                for i in range(0, len(reply), 2):
+                    rows[int(reply[i])] = reply[i + 1]
+                if len(reply) == 2 * chunk:  # this index has more: only seqs up to its last are safe
+                    edge = int(reply[-2])
+                    bound = edge if bound is None else (max if descending else min)(bound, edge)
+            seqs = sorted(rows, reverse=descending)
+            if bound is not None:
+                seqs = [seq for seq in seqs if (seq >= bound if descending else seq <= bound)]
+            for seq in seqs:
+                raw = rows[seq]
+                if raw is not None:
+                    event = _event(thread_id, seq, raw)
+                    if keep(event):
+                        found.append(event)
+                        if len(found) == limit:
+                            break
+            if len(found) == limit or bound is None or not seqs:
+                break
+            if descending:
+                high = f"({seqs[-1]}"
+            else:
+                low = f"({seqs[-1]}"
+            chunk = min(max(chunk * 2, 100), 10_000)
+        if descending:
+            found.reverse()
+        return found
+
+    async def count_messages(self, thread_id: str, *, user_id: str | None = None) -> int:
+        validate_id("thread_id", thread_id)
+        index = f"u/{validate_id('user_id', user_id)}/msg" if user_id is not None else "msg"
+        await self._open()
+        return int(await self._client.zcard(self._thread_key(thread_id, index)))
+
+    async def list_threads(self, *, user_id: str | None = None, limit: int = 1000) -> list[str]:
+        """Threads in byte order (= code point order for UTF-8); expired ones are dropped lazily."""
+        check_limit(limit)
+        await self._open()
+        if user_id is None:
+            index, marker = self._prefix + "threads", "all"
+        else:
+            index, marker = f"{self._prefix}u/{validate_id('user_id', user_id)}/threads", f"u/{user_id}/all"
+        threads: list[str] = []
+        start = "-"
+        while len(threads) < limit:
+            batch = [_text(name) for name in await self._client.zrangebylex(
+                index, start, "+", start=0, num=limit - len(threads)
+            )]
+            if not batch:
+                break
+            async with self._client.pipeline(transaction=False) as pipe:
+                for thread_id in batch:
+                    pipe.exists(self._thread_key(thread_id, marker))
+                alive = await pipe.execute()
+            stale = [thread_id for thread_id, ok in zip(batch, alive, strict=True) if not ok]
+            if stale:
+                await self._client.zrem(index, *stale)
+            threads += [thread_id for thread_id, ok in zip(batch, alive, strict=True) if ok]
+            start = "(" + batch[-1]
+        return threads
+
+    async def last_seq(self, thread_id: str) -> int:
+        validate_id("thread_id", thread_id)
+        await self._open()
+        value = await self._client.get(self._thread_key(thread_id, "seq"))
+        return int(value) if value is not None else 0
+
+    async def follow(
+        self, thread_id: str, *, after_seq: int = 0, user_id: str | None = None
+    ) -> AsyncIterator[RunEvent]:
+        """Subscribe to the thread's channel first, then read: no write can fall between the two.
+
+        Waits for a publish (or the store closing, or ``FOLLOW_FALLBACK_SECONDS``) only when a read
+        came back empty; notifications that arrived meanwhile just trigger one more read.
+        """
+        validate_id("thread_id", thread_id)
+        cursor = check_cursor("after_seq", after_seq) or 0
+        await self._open()
+        pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(self._thread_key(thread_id, "new"))
+            while not self._closed:
+                page = await self.list_events(thread_id, limit=500, after_seq=cursor, user_id=user_id)
+                for event in page:
+                    cursor = event.seq
+                    yield event
+                if not page and not self._closed:
+                    await self._wait(pubsub)
+        finally:
+            await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+
+    async def _wait(self, pubsub: Any) -> None:
+        message = asyncio.ensure_future(pubsub.get_message(timeout=FOLLOW_FALLBACK_SECONDS))
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait({message, closing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (message, closing):
+                task.cancel()
+            await asyncio.gather(message, closing, return_exceptions=True)
+        while not self._closed and await pubsub.get_message(timeout=0):
+            pass  # drain: one read covers every notification that is already here
+
+    # -- runs ------------------------------------------------------------------------------------
+    async def put_run(self, row: RunRow) -> RunRow:
+        await self._open()
+        text = json.dumps(row.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        args: list[str | int] = [
+            self._prefix, row.run_id, row.thread_id, str(row.status), text,
+            self._retention.ttl_seconds or 0, *sorted(TERMINAL_STATUSES),
+        ]
+        stored = await self._put_run_script(args=args)
+        return RunRow.from_dict(json.loads(stored if stored is not None else text))
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        validate_id("run_id", run_id)
+        await self._open()
+        text = await self._client.hget(f"{self._prefix}run/{run_id}", "row")
+        return RunRow.from_dict(json.loads(text)) if text is not None else None
+
+    async def list_runs(
+        self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
+    ) -> list[RunRow]:
+        await self._open()
+        if isinstance(statuses, str):
+            raise TypeError("statuses must be a sequence of statuses, not a single string")
+        if thread_id is None:
+            index = self._prefix + "runs"
+        else:
+            index = self._thread_key(validate_id("thread_id", thread_id), "runs")
+        run_ids = [_text(run_id) for run_id in await self._client.zrange(index, 0, -1)]  # type: ignore[arg-type]  # plain zrange gives members only
+        async with self._client.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hget(f"{self._prefix}run/{run_id}", "row")
+            texts = await pipe.execute()
+        wanted = set(statuses) if statuses is not None else None
+        rows = [RunRow.from_dict(json.loads(text)) for text in texts if text is not None]
+        return [row for row in rows if wanted is None or row.status in wanted]
+
+    # -- deletes ---------------------------------------------------------------------------------
+    async def delete_by_thread(self, thread_id: str) -> int:
+        validate_id("thread_id", thread_id)
+        await self._open()
+        return int(await self._delete_thread_script(args=[self._prefix, thread_id]))
+
+    async def delete_by_run(self, thread_id: str, run_id: str) -> int:
+        validate_id("thread_id", thread_id)
+        validate_id("run_id", run_id)
+        await self._open()
+        return int(await self._delete_run_script(args=[self._prefix, thread_id, run_id]))
+
+
+def _user_matches(event: RunEvent, user_id: str | None) -> bool:
+    return user_id is None or event.user_id == user_id
+
+
+def _copy(event: RunEvent, _duplicate: NewEvent) -> RunEvent:
+    """A repeat of an event_id earlier in the batch gets the first one's record (fresh payload)."""
+    return dataclasses.replace(event, content=json.loads(json.dumps(event.content)),
+                               metadata=json.loads(json.dumps(event.metadata)))
+
+
+__all__ = ["DEFAULT_PREFIX", "RedisRetention", "RedisRunEventStore", "StoreClosedError"]
