@@ -28,6 +28,7 @@ from langchain_core.messages import BaseMessage
 
 from run_journal.catalog import ID_MAX_LENGTH, Category
 from run_journal.envelope import JsonObject, JsonValue, dumps, normalize
+from run_journal.usage import usage_from_mapping
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +58,6 @@ _KINDS: Final = {
     "system": "system", "systemmessage": "system", "systemmessagechunk": "system",
     "developer": "system",
 }
-_USAGE_KEYS: Final = (
-    "input_tokens", "output_tokens", "total_tokens",
-    "cache_read_tokens", "cache_creation_tokens", "reasoning_tokens",
-)
 _SUBAGENT: Final = Category.SUBAGENT.value
 
 
@@ -217,33 +214,9 @@ def _tool_call(call: Any) -> JsonObject:
 
 
 def _usage(usage: Any) -> JsonObject | None:
-    """The contract's flat usage shape from LangChain ``usage_metadata`` or OpenAI-style counts."""
-    if not isinstance(usage, Mapping):
-        return None
-    found: dict[str, Any] = {key: usage.get(key) for key in _USAGE_KEYS}
-    found["input_tokens"] = _first(found["input_tokens"], usage.get("prompt_tokens"))
-    found["output_tokens"] = _first(found["output_tokens"], usage.get("completion_tokens"))
-    inputs = usage.get("input_token_details")
-    if isinstance(inputs, Mapping):
-        found["cache_read_tokens"] = _first(found["cache_read_tokens"], inputs.get("cache_read"))
-        found["cache_creation_tokens"] = _first(
-            found["cache_creation_tokens"], inputs.get("cache_creation")
-        )
-    outputs = usage.get("output_token_details")
-    if isinstance(outputs, Mapping):
-        found["reasoning_tokens"] = _first(found["reasoning_tokens"], outputs.get("reasoning"))
-    counts: dict[str, int] = {key: value for key, value in found.items() if _count(value)}
-    if "total_tokens" not in counts and ("input_tokens" in counts or "output_tokens" in counts):
-        counts["total_tokens"] = counts.get("input_tokens", 0) + counts.get("output_tokens", 0)
-    return dict(counts) or None
-
-
-def _count(value: Any) -> bool:
-    return type(value) is int and value >= 0
-
-
-def _first(*values: Any) -> Any:
-    return next((value for value in values if _count(value)), None)
+    """The contract's flat usage shape, read by the one usage reader (every provider shape)."""
+    counts = usage_from_mapping(usage)
+    return None if counts is None else dict(counts.to_dict())
 
 
 def _result_text(value: Any) -> str:
