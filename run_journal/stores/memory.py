@@ -1,0 +1,379 @@
+"""``MemoryRunEventStore``: the whole contract in one process, for tests, notebooks and examples.
+
+Records are kept as the serialized JSON the envelope produced, and every read decodes a fresh copy, so
+nothing a caller does to a returned event (or to the ``NewEvent`` it wrote) can reach the store.
+
+Each thread keeps its events in a list ordered by seq, plus the same for its messages and for each of
+its runs, so a page is a ``bisect`` and a short walk, never a scan of the store. One ``threading.Lock``
+guards every mutation; no critical section awaits, so the lock is safe on one event loop and also when
+sync callbacks write from worker threads. ``follow`` sleeps on a per-thread set of futures that writers
+wake (thread-safely), so a tail costs nothing while the thread is idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import dataclasses
+import itertools
+import threading
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Final
+
+from run_journal.catalog import Category
+from run_journal.envelope import NewEvent, RunEvent, dumps, loads, utc_now, validate_id
+from run_journal.runs import RunRow, may_replace
+from run_journal.stores.base import (
+    RunEventStore,
+    check_cursor,
+    check_limit,
+    expand_event_types,
+    metadata_task_id,
+)
+
+_MESSAGE: Final = Category.MESSAGE.value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Record:
+    """One stored event: immutable scalars plus the payload as JSON text (decoded per read)."""
+
+    seq: int
+    event: NewEvent
+    task_id: str | None
+
+    def to_event(self) -> RunEvent:
+        return RunEvent.stored(self.event, self.seq)
+
+
+class _Column:
+    """Records ordered by seq with a parallel list of seqs for ``bisect``."""
+
+    __slots__ = ("records", "seqs")
+
+    def __init__(self) -> None:
+        self.records: list[_Record] = []
+        self.seqs: list[int] = []
+
+    def append(self, record: _Record) -> None:
+        self.records.append(record)
+        self.seqs.append(record.seq)
+
+    def forward(self, after_seq: int) -> Iterator[_Record]:
+        start = bisect.bisect_right(self.seqs, after_seq)
+        return itertools.islice(self.records, start, None)
+
+    def backward(self, before_seq: int | None) -> Iterator[_Record]:
+        stop = len(self.seqs) if before_seq is None else bisect.bisect_left(self.seqs, before_seq)
+        return (self.records[i] for i in range(stop - 1, -1, -1))
+
+    def without_run(self, run_id: str) -> _Column:
+        kept = _Column()
+        for record in self.records:
+            if record.event.run_id != run_id:
+                kept.append(record)
+        return kept
+
+
+class _Thread:
+    """A thread's events, indexes and its never-decreasing seq counter."""
+
+    def __init__(self) -> None:
+        self.last_seq = 0
+        self.events = _Column()
+        self.messages = _Column()
+        self.run_events: dict[str, _Column] = {}
+        self.run_messages: dict[str, _Column] = {}
+        self.by_event_id: dict[str, _Record] = {}
+        self.first_of_type: dict[tuple[str, str], _Record] = {}
+        self.users: Counter[str | None] = Counter()
+        self.waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def add(self, event: NewEvent) -> _Record:
+        self.last_seq += 1
+        record = _Record(self.last_seq, event, metadata_task_id(loads(event.metadata_json)))
+        self.events.append(record)
+        self.run_events.setdefault(event.run_id, _Column()).append(record)
+        if event.category == _MESSAGE:
+            self.messages.append(record)
+            self.run_messages.setdefault(event.run_id, _Column()).append(record)
+        self.by_event_id[event.event_id] = record
+        self.first_of_type.setdefault((event.run_id, event.event_type), record)
+        self.users[event.user_id] += 1
+        return record
+
+    def drop_run(self, run_id: str) -> int:
+        removed = self.run_events.pop(run_id, _Column()).records
+        self.run_messages.pop(run_id, None)
+        if removed:
+            self.events = self.events.without_run(run_id)
+            self.messages = self.messages.without_run(run_id)
+            for record in removed:
+                del self.by_event_id[record.event.event_id]
+                self.first_of_type.pop((run_id, record.event.event_type), None)
+                self.users[record.event.user_id] -= 1
+            self.users = +self.users  # drop zero counts
+        return len(removed)
+
+    def wake(self) -> None:
+        waiters, self.waiters = self.waiters, []
+        for loop, future in waiters:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_resolve, future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _StoredRun:
+    row_json: str
+    first_put_at: datetime
+
+    def row(self) -> RunRow:
+        return RunRow.from_dict(loads(self.row_json))
+
+    def sort_key(self) -> tuple[datetime, str]:
+        row = self.row()
+        return (row.started_at or self.first_put_at, row.run_id)
+
+
+class MemoryRunEventStore(RunEventStore):
+    """An in-process store: fast, exact, and gone when the process exits."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._threads: dict[str, _Thread] = {}
+        self._runs: dict[str, _StoredRun] = {}
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        with self._lock:
+            for thread in self._threads.values():
+                thread.wake()
+
+    # -- writes ----------------------------------------------------------------------------------
+    async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+        with self._lock:
+            self._check_open()
+            touched: set[str] = set()
+            records = []
+            for event in batch:
+                thread = self._threads.setdefault(event.thread_id, _Thread())
+                record = thread.by_event_id.get(event.event_id)
+                if record is None:
+                    record = thread.add(event)
+                    touched.add(event.thread_id)
+                records.append(record)
+            for thread_id in touched:
+                self._threads[thread_id].wake()
+        return [record.to_event() for record in records]
+
+    async def _put_if_absent(self, event: NewEvent) -> tuple[RunEvent, bool]:
+        with self._lock:
+            self._check_open()
+            thread = self._threads.setdefault(event.thread_id, _Thread())
+            existing = thread.by_event_id.get(event.event_id) or thread.first_of_type.get(
+                (event.run_id, event.event_type)
+            )
+            if existing is not None:
+                return existing.to_event(), False
+            record = thread.add(event)
+            thread.wake()
+        return record.to_event(), True
+
+    # -- reads -----------------------------------------------------------------------------------
+    def _thread(self, thread_id: str) -> _Thread | None:
+        validate_id("thread_id", thread_id)
+        self._check_open()
+        return self._threads.get(thread_id)
+
+    async def list_messages(
+        self,
+        thread_id: str,
+        *,
+        limit: int = 50,
+        before_seq: int | None = None,
+        after_seq: int | None = None,
+        user_id: str | None = None,
+    ) -> list[RunEvent]:
+        with self._lock:
+            thread = self._thread(thread_id)
+            column = thread.messages if thread else None
+            return _page(column, limit, before_seq, after_seq, user_id)
+
+    async def list_messages_by_run(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        limit: int = 50,
+        before_seq: int | None = None,
+        after_seq: int | None = None,
+        user_id: str | None = None,
+    ) -> list[RunEvent]:
+        validate_id("run_id", run_id)
+        with self._lock:
+            thread = self._thread(thread_id)
+            column = thread.run_messages.get(run_id) if thread else None
+            return _page(column, limit, before_seq, after_seq, user_id)
+
+    async def list_events(
+        self,
+        thread_id: str,
+        run_id: str | None = None,
+        *,
+        event_types: Sequence[str] | None = None,
+        task_id: str | None = None,
+        limit: int = 500,
+        after_seq: int | None = None,
+        user_id: str | None = None,
+    ) -> list[RunEvent]:
+        check_limit(limit)
+        cursor = check_cursor("after_seq", after_seq) or 0
+        names = expand_event_types(event_types)
+        if run_id is not None:
+            validate_id("run_id", run_id)
+        with self._lock:
+            thread = self._thread(thread_id)
+            if thread is None:
+                return []
+            column = thread.events if run_id is None else thread.run_events.get(run_id)
+            found: list[_Record] = []
+            for record in column.forward(cursor) if column else ():
+                if (
+                    (names is None or record.event.event_type in names)
+                    and (task_id is None or record.task_id == task_id)
+                    and (user_id is None or record.event.user_id == user_id)
+                ):
+                    found.append(record)
+                    if len(found) == limit:
+                        break
+        return [record.to_event() for record in found]
+
+    async def count_messages(self, thread_id: str, *, user_id: str | None = None) -> int:
+        with self._lock:
+            thread = self._thread(thread_id)
+            if thread is None:
+                return 0
+            if user_id is None:
+                return len(thread.messages.records)
+            return sum(1 for record in thread.messages.records if record.event.user_id == user_id)
+
+    async def list_threads(self, *, user_id: str | None = None, limit: int = 1000) -> list[str]:
+        check_limit(limit)
+        self._check_open()
+        with self._lock:
+            names = [
+                name
+                for name, thread in self._threads.items()
+                if thread.events.records and (user_id is None or thread.users[user_id] > 0)
+            ]
+        return sorted(names)[:limit]
+
+    async def last_seq(self, thread_id: str) -> int:
+        with self._lock:
+            thread = self._thread(thread_id)
+            return thread.last_seq if thread else 0
+
+    async def _wait_for_events(self, thread_id: str, after_seq: int) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            thread = self._threads.setdefault(thread_id, _Thread())
+            if self._closed or thread.last_seq > after_seq:
+                return
+            thread.waiters.append((loop, future))
+        await future
+
+    # -- runs ------------------------------------------------------------------------------------
+    async def put_run(self, row: RunRow) -> RunRow:
+        self._check_open()
+        row_json = dumps(row.to_dict())
+        with self._lock:
+            stored = self._runs.get(row.run_id)
+            if stored is not None and not may_replace(stored.row().status, row.status):
+                return stored.row()
+            first_put_at = stored.first_put_at if stored else utc_now()
+            self._runs[row.run_id] = _StoredRun(row_json, first_put_at)
+        return RunRow.from_dict(loads(row_json))
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        validate_id("run_id", run_id)
+        self._check_open()
+        with self._lock:
+            stored = self._runs.get(run_id)
+        return stored.row() if stored else None
+
+    async def list_runs(
+        self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
+    ) -> list[RunRow]:
+        if thread_id is not None:
+            validate_id("thread_id", thread_id)
+        if isinstance(statuses, str):
+            raise TypeError("statuses must be a sequence of status names, not a single string")
+        self._check_open()
+        with self._lock:
+            stored = sorted(self._runs.values(), key=_StoredRun.sort_key)
+        rows = [item.row() for item in stored]
+        return [
+            row
+            for row in rows
+            if (thread_id is None or row.thread_id == thread_id)
+            and (statuses is None or row.status in statuses)
+        ]
+
+    # -- deletes ---------------------------------------------------------------------------------
+    async def delete_by_thread(self, thread_id: str) -> int:
+        validate_id("thread_id", thread_id)
+        self._check_open()
+        with self._lock:
+            thread = self._threads.pop(thread_id, None)
+            for run_id in [key for key, item in self._runs.items() if item.row().thread_id == thread_id]:
+                del self._runs[run_id]
+            if thread is None:
+                return 0
+            thread.wake()
+            return len(thread.events.records)
+
+    async def delete_by_run(self, thread_id: str, run_id: str) -> int:
+        validate_id("thread_id", thread_id)
+        validate_id("run_id", run_id)
+        self._check_open()
+        with self._lock:
+            stored = self._runs.get(run_id)
+            if stored is not None and stored.row().thread_id == thread_id:
+                del self._runs[run_id]
+            thread = self._threads.get(thread_id)
+            return thread.drop_run(run_id) if thread else 0
+
+
+def _page(
+    column: _Column | None,
+    limit: int,
+    before_seq: int | None,
+    after_seq: int | None,
+    user_id: str | None,
+) -> list[RunEvent]:
+    """One page of messages: first ``limit`` above ``after_seq`` or last ``limit`` below ``before_seq``."""
+    check_limit(limit)
+    before = check_cursor("before_seq", before_seq)
+    after = check_cursor("after_seq", after_seq)
+    if column is None:
+        return []
+    records = column.forward(after) if after is not None else column.backward(before)
+    found: list[_Record] = []
+    for record in records:
+        if before is not None and after is not None and record.seq >= before:
+            break
+        if user_id is None or record.event.user_id == user_id:
+            found.append(record)
+            if len(found) == limit:
+                break
+    if after is None:
+        found.reverse()
+    return [record.to_event() for record in found]
