@@ -1,0 +1,61 @@
+"""Default redaction: secrets in metadata and tool arguments never reach a store.
+
+The journal passes user-supplied metadata (LangGraph config metadata, tags are left alone) and every
+tool call's arguments through a ``redact`` hook before it builds an event. The default replaces the
+value of any key that names a credential, matched case-insensitively on word parts, so ``api_key``,
+``X-Api-Key``, ``Authorization``, ``db_password``, ``client_secret`` and ``access_token`` are hidden
+while ``max_tokens`` or ``input_tokens`` (counts, not secrets) are kept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+REDACTED: Final = "[redacted]"
+
+Redactor = Callable[[Any], Any]
+"""Takes a JSON-like value (mapping, list, scalar) and returns the value to persist."""
+
+_SECRET_KEY: Final = re.compile(
+    r"(^|_)(api_?key|apikey|authorization|auth|password|passwd|pwd|secret|token|"
+    r"access_?token|refresh_?token|private_?key|credentials?|cookie|session_?id)($|_)"
+)
+
+
+def is_secret_key(key: object) -> bool:
+    """Does this mapping key name a credential? (``-``, spaces and case are ignored)."""
+    if not isinstance(key, str):
+        return False
+    normalized = re.sub(r"[-\s.]+", "_", key.strip().lower())
+    return bool(_SECRET_KEY.search(normalized))
+
+
+def redact_secrets(value: Any, _depth: int = 0) -> Any:
+    """A copy of ``value`` with the values of secret-named keys replaced by ``"[redacted]"``."""
+    if _depth > 32:
+        return value
+    if isinstance(value, Mapping):
+        return {
+            key: REDACTED if is_secret_key(key) else redact_secrets(item, _depth + 1)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact_secrets(item, _depth + 1) for item in value]
+    return value
+
+
+def no_redaction(value: Any) -> Any:
+    return value
+
+
+def resolve_redactor(option: Redactor | bool | None) -> Redactor:
+    """``None``/``True``: the default; ``False``: nothing is redacted; a callable: used as is."""
+    if option is None or option is True:
+        return redact_secrets
+    if option is False:
+        return no_redaction
+    if callable(option):
+        return option
+    raise TypeError(f"redact must be a callable, True, False or None, got {type(option).__name__}")
