@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import json
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -26,12 +24,12 @@ import redis.asyncio as aioredis
 from run_journal.envelope import NewEvent, RunEvent, validate_id
 from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores import _redis_lua as lua
+from run_journal.stores._redis_records import Keep, decode, encode, fresh_copy, read_page, task_key, text
 from run_journal.stores.base import (
     CONTRACT_MAJOR,
     CONTRACT_VERSION,
     IncompatibleStoreError,
     RunEventStore,
-    StoreClosedError,
     check_cursor,
     check_limit,
     expand_event_types,
@@ -41,8 +39,6 @@ from run_journal.stores.base import (
 DEFAULT_PREFIX: Final = "run_journal:"
 FOLLOW_FALLBACK_SECONDS: Final = 5.0
 """A follower re-reads at least this often even without a notification (a lost publish, a restart)."""
-
-Keep = Callable[[RunEvent], bool]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,45 +52,6 @@ class RedisRetention:
         ttl = self.ttl_seconds
         if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1):
             raise ValueError(f"ttl_seconds must be a positive integer, got {ttl!r}")
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def task_key(task_id: str) -> str:
-    """Task ids are free text of any length; their index key uses a digest (sha1, as Lua can)."""
-    return hashlib.sha1(task_id.encode(), usedforsecurity=False).hexdigest()
-
-
-def _record(event: NewEvent) -> str:
-    """The stored text: one JSON object, with content and metadata spliced in as already serialized."""
-    head = json.dumps(
-        {
-            "run_id": event.run_id, "event_type": event.event_type, "category": event.category,
-            "created_at": event.created_at.isoformat(), "event_id": event.event_id,
-            "user_id": event.user_id,
-        },
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    return f'{head[:-1]},"metadata":{event.metadata_json},"content":{event.content_json}}}'
-
-
-def _event(thread_id: str, seq: int, raw: bytes | str) -> RunEvent:
-    data = json.loads(raw)
-    return RunEvent(
-        thread_id=thread_id,
-        run_id=data["run_id"],
-        seq=seq,
-        event_type=data["event_type"],
-        category=data["category"],
-        content=data["content"],
-        metadata=data["metadata"],
-        created_at=datetime.fromisoformat(data["created_at"]),
-        event_id=data["event_id"],
-        user_id=data["user_id"],
-    )
 
 
 class RedisRunEventStore(RunEventStore):
@@ -152,7 +109,7 @@ class RedisRunEventStore(RunEventStore):
             return
         key = self._prefix + "contract"
         await self._client.set(key, CONTRACT_VERSION, nx=True)
-        stored = _text(await self._client.get(key) or CONTRACT_VERSION)
+        stored = text(await self._client.get(key) or CONTRACT_VERSION)
         if stored.split(".", 1)[0] != str(CONTRACT_MAJOR):
             raise IncompatibleStoreError(
                 f"Redis prefix {self._prefix!r} holds contract {stored}; "
@@ -202,7 +159,7 @@ class RedisRunEventStore(RunEventStore):
                         event.event_id, event.run_id, event.event_type,
                         "1" if event.category == "message" else "0",
                         task_key(task_id) if task_id is not None else "",
-                        event.user_id or "", _record(event),
+                        event.user_id or "", encode(event),
                     ]
                 await self._append_script(args=args, client=pipe)
             replies = await pipe.execute()
@@ -212,9 +169,9 @@ class RedisRunEventStore(RunEventStore):
             for index, position in enumerate(positions):
                 seq, stored = int(reply[2 * index]), reply[2 * index + 1]
                 if stored is not None:
-                    results[position] = (_event(thread_id, seq, stored), False)
+                    results[position] = (decode(thread_id, seq, stored), False)
                 elif seq in written:
-                    results[position] = (_copy(written[seq], batch[position]), False)
+                    results[position] = (fresh_copy(written[seq]), False)
                 else:
                     written[seq] = RunEvent.stored(batch[position], seq)
                     results[position] = (written[seq], True)
@@ -311,59 +268,12 @@ class RedisRunEventStore(RunEventStore):
         after_seq: int | None,
         keep: Keep,
     ) -> list[RunEvent]:
-        """Pagination of ``stores/base.py`` over the union of sorted sets ``indexes``.
-
-        ``after_seq`` reads upwards from it (below ``before_seq`` if both are given); otherwise the
-        page is the last ``limit`` rows below ``before_seq`` (or the latest). Pages are fetched in
-        chunks until ``limit`` records pass ``keep``, so a filter the index does not cover is still
-        exact; with one index per filter that loop almost always ends after one round trip.
-        """
-        check_limit(limit)
-        check_cursor("after_seq", after_seq)
-        check_cursor("before_seq", before_seq)
         await self._open()
-        descending = after_seq is None
-        low = f"({after_seq}" if after_seq is not None else "-inf"
-        high = f"({before_seq}" if before_seq is not None else "+inf"
-        records = self._thread_key(thread_id, "ev")
-        found: list[RunEvent] = []
-        chunk = limit
-        while True:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for index in indexes:
-                    keys = [self._thread_key(thread_id, index), records]
-                    args: list[str | int] = [low, high, chunk, "1" if descending else "0"]
-                    await self._page_script(keys=keys, args=args, client=pipe)
-                replies = await pipe.execute()
-            rows: dict[int, bytes | str | None] = {}
-            bound: int | None = None
-            for reply in replies:
-                for i in range(0, len(reply), 2):
-                    rows[int(reply[i])] = reply[i + 1]
-                if len(reply) == 2 * chunk:  # this index has more: only seqs up to its last are safe
-                    edge = int(reply[-2])
-                    bound = edge if bound is None else (max if descending else min)(bound, edge)
-            seqs = sorted(rows, reverse=descending)
-            if bound is not None:
-                seqs = [seq for seq in seqs if (seq >= bound if descending else seq <= bound)]
-            for seq in seqs:
-                raw = rows[seq]
-                if raw is not None:
-                    event = _event(thread_id, seq, raw)
-                    if keep(event):
-                        found.append(event)
-                        if len(found) == limit:
-                            break
-            if len(found) == limit or bound is None or not seqs:
-                break
-            if descending:
-                high = f"({seqs[-1]}"
-            else:
-                low = f"({seqs[-1]}"
-            chunk = min(max(chunk * 2, 100), 10_000)
-        if descending:
-            found.reverse()
-        return found
+        return await read_page(
+            self._client, self._page_script, thread_id,
+            [self._thread_key(thread_id, index) for index in indexes], self._thread_key(thread_id, "ev"),
+            limit=limit, before_seq=before_seq, after_seq=after_seq, keep=keep,
+        )
 
     async def count_messages(self, thread_id: str, *, user_id: str | None = None) -> int:
         validate_id("thread_id", thread_id)
@@ -382,7 +292,7 @@ class RedisRunEventStore(RunEventStore):
         threads: list[str] = []
         start = "-"
         while len(threads) < limit:
-            batch = [_text(name) for name in await self._client.zrangebylex(
+            batch = [text(name) for name in await self._client.zrangebylex(
                 index, start, "+", start=0, num=limit - len(threads)
             )]
             if not batch:
@@ -467,7 +377,7 @@ class RedisRunEventStore(RunEventStore):
             index = self._prefix + "runs"
         else:
             index = self._thread_key(validate_id("thread_id", thread_id), "runs")
-        run_ids = [_text(run_id) for run_id in await self._client.zrange(index, 0, -1)]  # type: ignore[arg-type]  # plain zrange gives members only
+        run_ids = [text(run_id) for run_id in await self._client.zrange(index, 0, -1)]  # type: ignore[arg-type]  # plain zrange gives members only
         async with self._client.pipeline(transaction=False) as pipe:
             for run_id in run_ids:
                 pipe.hget(f"{self._prefix}run/{run_id}", "row")
@@ -489,14 +399,10 @@ class RedisRunEventStore(RunEventStore):
         return int(await self._delete_run_script(args=[self._prefix, thread_id, run_id]))
 
 
+
 def _user_matches(event: RunEvent, user_id: str | None) -> bool:
     return user_id is None or event.user_id == user_id
 
 
-def _copy(event: RunEvent, _duplicate: NewEvent) -> RunEvent:
-    """A repeat of an event_id earlier in the batch gets the first one's record (fresh payload)."""
-    return dataclasses.replace(event, content=json.loads(json.dumps(event.content)),
-                               metadata=json.loads(json.dumps(event.metadata)))
+__all__ = ["DEFAULT_PREFIX", "RedisRetention", "RedisRunEventStore"]
 
-
-__all__ = ["DEFAULT_PREFIX", "RedisRetention", "RedisRunEventStore", "StoreClosedError"]
