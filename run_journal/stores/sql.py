@@ -1,0 +1,554 @@
+"""``SqlRunEventStore``: one SQLAlchemy 2 async Core implementation for SQLite and PostgreSQL.
+
+How seq stays dense under concurrent writers (tasks, processes, hosts): every write transaction
+first takes the thread's row in ``run_journal_threads`` (an upsert that bumps ``last_seq`` and
+returns it) and only then inserts. On PostgreSQL the upsert holds that row's lock until commit, so
+writers of one thread queue while writers of other threads do not; on SQLite the transaction is
+``BEGIN IMMEDIATE`` (the database write lock, taken before anything is read) in WAL mode with
+``synchronous=NORMAL`` and a ``busy_timeout``. The counter is never decremented or deleted, so a
+deleted range is never reused.
+
+Event ids are unique per thread. The common write (no id seen before) costs one bump, one
+``executemany`` and the commit; a batch that collides with a stored id is rolled back and redone
+with a lookup, which returns the stored records and writes only the new events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy import Connection, Row, Select, and_, event, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.schema import CreateSchema
+
+from run_journal.envelope import NewEvent, RunEvent, dumps, loads
+from run_journal.runs import TERMINAL_STATUSES, RunRow
+from run_journal.stores import sql_schema as schema
+from run_journal.stores.base import (
+    CONTRACT_MAJOR,
+    CONTRACT_VERSION,
+    IncompatibleStoreError,
+    RunEventStore,
+    StoreClosedError,
+    check_cursor,
+    check_limit,
+    expand_event_types,
+    metadata_task_id,
+)
+from run_journal.stores.sql_pg import PgListener
+
+EVENTS = schema.events
+COLUMNS: Final = tuple(
+    EVENTS.c[name]
+    for name in (
+        "thread_id", "run_id", "seq", "event_type", "category", "content", "metadata",
+        "created_at", "event_id", "user_id",
+    )
+)
+_WRITE: Final = "run_journal_write"
+_BUSY_MS: Final = "run_journal_busy_ms"
+_READY: Final = "run_journal_ready"
+
+
+def _sqlite_begin(connection: Connection) -> None:
+    """The documented aiosqlite recipe: the driver's own BEGIN is off, SQLAlchemy emits ours.
+
+    Writes get ``BEGIN IMMEDIATE`` (take the write lock before reading the counter, so two writers
+    can never read the same ``last_seq``); reads run without a transaction (one statement each).
+    Pragmas are set once per pooled connection, before its first transaction.
+    """
+    options = connection.get_execution_options()
+    info = connection.connection.info
+    if not info.get(_READY):
+        raw: Any = connection.connection.dbapi_connection
+        raw.isolation_level = None
+        cursor = raw.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(options.get(_BUSY_MS, 30_000))}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.close()
+        info[_READY] = True
+    if options.get(_WRITE):
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _event_of(row: Any) -> RunEvent:
+    """A fresh record from a row of ``COLUMNS`` (every call decodes its own payload copies)."""
+    return RunEvent(
+        thread_id=row[0], run_id=row[1], seq=row[2], event_type=row[3], category=row[4],
+        content=loads(row[5]), metadata=loads(row[6]), created_at=datetime.fromisoformat(row[7]),
+        event_id=row[8], user_id=row[9],
+    )
+
+
+def _row_of(event: NewEvent, seq: int) -> dict[str, Any]:
+    return {
+        "thread_id": event.thread_id, "seq": seq, "run_id": event.run_id,
+        "event_type": event.event_type, "category": event.category,
+        "content": event.content_json, "metadata": event.metadata_json,
+        "task_id": metadata_task_id(event.metadata), "created_at": schema.stamp(event.created_at),
+        "event_id": event.event_id, "user_id": event.user_id,
+    }
+
+
+class SqlRunEventStore(RunEventStore):
+    """The run event store on SQLite (aiosqlite) or PostgreSQL (asyncpg), through SQLAlchemy Core.
+
+    Build it with ``from_url`` or around an ``AsyncEngine`` you own (it is then not disposed by
+    ``aclose``). PostgreSQL timeouts of engines built by ``from_url``: ``lock_timeout`` (seconds a
+    writer waits for a thread's counter row or another lock before failing; default 10) and
+    ``statement_timeout`` (default 60) are set as server settings on every connection, so a stuck
+    writer surfaces as an error the journal retries instead of a hang. An engine you pass in keeps
+    its own settings. ``follow`` on PostgreSQL wakes on ``NOTIFY`` (sent inside the write
+    transaction, so only committed events wake anyone) and polls every ``follow_fallback_interval``
+    seconds in case a notification is lost; on SQLite it polls every ``follow_poll_interval``.
+    """
+
+    follow_fallback_interval: float = 5.0
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        schema_name: str | None = None,
+        busy_timeout: float = 30.0,
+        follow_poll_interval: float | None = None,
+        listen: bool = True,
+        _owns_engine: bool = False,
+    ) -> None:
+        dialect = engine.dialect.name
+        if dialect not in ("sqlite", "postgresql"):
+            raise ValueError(f"SqlRunEventStore supports sqlite and postgresql, not {dialect!r}")
+        if schema_name is not None and dialect != "postgresql":
+            raise ValueError("schema_name is for PostgreSQL only")
+        self.dialect = dialect
+        self.schema_name = schema.check_schema_name(schema_name) if schema_name else None
+        self._owns_engine = _owns_engine
+        self._engine = engine
+        options: dict[str, Any] = {_BUSY_MS: int(busy_timeout * 1000)}
+        if self.schema_name:
+            options["schema_translate_map"] = {None: self.schema_name}
+        self._reader = engine.execution_options(**options)
+        self._writer = engine.execution_options(**options, **{_WRITE: True})
+        if dialect == "sqlite" and not event.contains(engine.sync_engine, "begin", _sqlite_begin):
+            event.listen(engine.sync_engine, "begin", _sqlite_begin)
+        if follow_poll_interval is not None:
+            self.follow_poll_interval = follow_poll_interval
+        # SQLite has one writer at a time anyway: queueing in-process writers here is cheaper than
+        # letting them spin in SQLite's busy handler.
+        self._local_write_lock = asyncio.Lock() if dialect == "sqlite" else None
+        self._insert = (sqlite.insert if dialect == "sqlite" else postgresql.insert)
+        self._setup_done = False
+        self._channel = schema.channel_name(self.schema_name)
+        use_listen = dialect == "postgresql" and listen
+        self._listener = PgListener(self._reader, self._channel) if use_listen else None
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        busy_timeout: float = 30.0,
+        lock_timeout: float = 10.0,
+        statement_timeout: float = 60.0,
+        engine_options: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> SqlRunEventStore:
+        """``sqlite:///rel.db``, ``sqlite:////abs.db``, ``postgresql://user@host/db?schema=name``."""
+        driver_url, schema_name = schema.engine_url(url)
+        settings: dict[str, Any] = dict(engine_options or {})
+        if driver_url.drivername.startswith("postgresql"):
+            connect_args = dict(settings.pop("connect_args", {}))
+            server = dict(connect_args.get("server_settings", {}))
+            server.setdefault("lock_timeout", f"{int(lock_timeout * 1000)}ms")
+            server.setdefault("statement_timeout", f"{int(statement_timeout * 1000)}ms")
+            connect_args["server_settings"] = server
+            settings["connect_args"] = connect_args
+        engine = create_async_engine(driver_url, **settings)
+        return cls(engine, schema_name=schema_name, busy_timeout=busy_timeout, _owns_engine=True, **options)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def setup(self) -> None:
+        """Create or migrate the tables; idempotent, and safe when several processes run it at once.
+
+        PostgreSQL serializes migrators with ``pg_advisory_xact_lock`` (keyed by schema); SQLite with
+        ``BEGIN IMMEDIATE``. A store written by another contract major, or by a newer schema than
+        this library knows, is refused with ``IncompatibleStoreError`` naming both versions.
+        """
+        self._check_open()
+        if self.dialect == "sqlite":
+            database = self._engine.url.database
+            if database:
+                from pathlib import Path
+
+                await asyncio.to_thread(Path(database).parent.mkdir, parents=True, exist_ok=True)
+        async with self._writer.begin() as conn:
+            if self.dialect == "postgresql":
+                key = schema.lock_key("setup", self.schema_name or "")
+                await conn.execute(select(func.pg_advisory_xact_lock(key)))
+                if self.schema_name:
+                    await conn.execute(CreateSchema(self.schema_name, if_not_exists=True))
+            await conn.run_sync(schema.meta.create, checkfirst=True)
+            found = await conn.execute(select(schema.meta.c.key, schema.meta.c.value))
+            recorded: dict[str, str] = dict(found.tuples().all())
+            version = self._check_compatible(recorded)
+            for migration in schema.MIGRATIONS[version:]:
+                await conn.run_sync(migration)
+            if version < schema.SCHEMA_VERSION or not recorded:
+                await self._record_versions(conn)
+        self._setup_done = True
+
+    def _check_compatible(self, recorded: Mapping[str, str]) -> int:
+        major = recorded.get("contract_major")
+        if major is not None and int(major) != CONTRACT_MAJOR:
+            raise IncompatibleStoreError(
+                f"this store was written with run-journal contract major version {major}; this library "
+                f"reads and writes major version {CONTRACT_MAJOR} ({CONTRACT_VERSION}); "
+                "migrate the store with a matching run-journal version"
+            )
+        version = int(recorded.get("schema_version", 0))
+        if version > schema.SCHEMA_VERSION:
+            raise IncompatibleStoreError(
+                f"this store has SQL schema version {version}; this library knows versions up to "
+                f"{schema.SCHEMA_VERSION}; upgrade run-journal"
+            )
+        return version
+
+    async def _record_versions(self, conn: AsyncConnection) -> None:
+        values = {
+            "schema_version": str(schema.SCHEMA_VERSION),
+            "contract_major": str(CONTRACT_MAJOR),
+            "contract_version": CONTRACT_VERSION,
+        }
+        statement = self._insert(schema.meta)
+        statement = statement.on_conflict_do_update(
+            index_elements=[schema.meta.c.key], set_={"value": statement.excluded.value}
+        )
+        await conn.execute(statement, [{"key": key, "value": value} for key, value in values.items()])
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        await super().aclose()
+        if self._listener is not None:
+            await self._listener.close()
+        if self._owns_engine:
+            await self._engine.dispose()
+
+    async def _ready(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{type(self).__name__} is closed")
+        if not self._setup_done:
+            await self.setup()
+
+    # -- writes ----------------------------------------------------------------------------------
+    async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+        await self._ready()
+        positions: dict[str, list[int]] = {}
+        for index, item in enumerate(batch):
+            positions.setdefault(item.thread_id, []).append(index)
+        results: list[RunEvent | None] = [None] * len(batch)
+        for thread_id, indexes in positions.items():
+            stored = await self._append_thread(thread_id, [batch[i] for i in indexes])
+            for index, record in zip(indexes, stored, strict=True):
+                results[index] = record
+        return [record for record in results if record is not None]
+
+    async def _append_thread(self, thread_id: str, batch: list[NewEvent]) -> list[RunEvent]:
+        first_of: dict[str, NewEvent] = {}
+        for item in batch:
+            first_of.setdefault(item.event_id, item)
+        unique = list(first_of.values())
+        existing: dict[str, Row[Any]] = {}
+        try:
+            seqs = await self._insert_new(thread_id, unique)
+        except IntegrityError:
+            # Some event_id is already stored (a retry): redo with a lookup, under the same lock.
+            seqs, existing = await self._insert_checked(thread_id, unique)
+        return [
+            _event_of(existing[item.event_id])
+            if item.event_id in existing
+            else RunEvent.stored(first_of[item.event_id], seqs[item.event_id])
+            for item in batch
+        ]
+
+    async def _bump(self, conn: AsyncConnection, thread_id: str, count: int) -> int:
+        """Lock the thread's counter row and add ``count``; returns the new ``last_seq``."""
+        counter = schema.threads
+        insert = self._insert(counter).values(thread_id=thread_id, last_seq=count)
+        bump = insert.on_conflict_do_update(
+            index_elements=[counter.c.thread_id],
+            set_={"last_seq": counter.c.last_seq + insert.excluded.last_seq},
+        ).returning(counter.c.last_seq)
+        return int((await conn.execute(bump)).scalar_one())
+
+    async def _write(
+        self, conn: AsyncConnection, thread_id: str, fresh: list[NewEvent], last: int
+    ) -> dict[str, int]:
+        """Insert ``fresh`` as seq ``last - len + 1 .. last``; PostgreSQL also notifies followers."""
+        first = last - len(fresh) + 1
+        await conn.execute(EVENTS.insert(), [_row_of(item, first + n) for n, item in enumerate(fresh)])
+        if self._listener is not None:
+            await conn.execute(select(func.pg_notify(self._channel, f"{thread_id}\n{last}")))
+        return {item.event_id: first + n for n, item in enumerate(fresh)}
+
+    async def _insert_new(self, thread_id: str, fresh: list[NewEvent]) -> dict[str, int]:
+        async with self._write_lock(), self._writer.begin() as conn:
+            last = await self._bump(conn, thread_id, len(fresh))
+            return await self._write(conn, thread_id, fresh, last)
+
+    async def _insert_checked(
+        self, thread_id: str, unique: list[NewEvent]
+    ) -> tuple[dict[str, int], dict[str, Row[Any]]]:
+        ids = [item.event_id for item in unique]
+        async with self._write_lock(), self._writer.begin() as conn:
+            last = await self._bump(conn, thread_id, 0)
+            found = await conn.execute(
+                select(*COLUMNS).where(EVENTS.c.thread_id == thread_id, EVENTS.c.event_id.in_(ids))
+            )
+            existing = {row[8]: row for row in found}
+            fresh = [item for item in unique if item.event_id not in existing]
+            if not fresh:
+                return {}, existing
+            await self._set_last(conn, thread_id, last + len(fresh))
+            return await self._write(conn, thread_id, fresh, last + len(fresh)), existing
+
+    async def _set_last(self, conn: AsyncConnection, thread_id: str, last: int) -> None:
+        counter = schema.threads
+        await conn.execute(update(counter).where(counter.c.thread_id == thread_id).values(last_seq=last))
+
+    async def _put_if_absent(self, event: NewEvent) -> tuple[RunEvent, bool]:
+        await self._ready()
+        async with self._write_lock(), self._writer.begin() as conn:
+            last = await self._bump(conn, event.thread_id, 0)
+            same_thread = EVENTS.c.thread_id == event.thread_id
+            found = (
+                await conn.execute(
+                    select(*COLUMNS)
+                    .where(
+                        same_thread,
+                        or_(
+                            and_(EVENTS.c.run_id == event.run_id, EVENTS.c.event_type == event.event_type),
+                            EVENTS.c.event_id == event.event_id,
+                        ),
+                    )
+                    .order_by(EVENTS.c.seq)
+                    .limit(1)
+                )
+            ).first()
+            if found is not None:
+                return _event_of(found), False
+            await self._set_last(conn, event.thread_id, last + 1)
+            await self._write(conn, event.thread_id, [event], last + 1)
+        return RunEvent.stored(event, last + 1), True
+
+    def _write_lock(self) -> asyncio.Lock | _NoLock:
+        return self._local_write_lock or _NO_LOCK
+
+    # -- reads -----------------------------------------------------------------------------------
+    async def _rows(self, statement: Select[Any]) -> list[RunEvent]:
+        await self._ready()
+        async with self._reader.connect() as conn:
+            rows = (await conn.execute(statement)).all()
+        return [_event_of(row) for row in rows]
+
+    async def _page(
+        self,
+        conditions: list[Any],
+        limit: int,
+        before_seq: int | None,
+        after_seq: int | None,
+    ) -> list[RunEvent]:
+        """Ascending page: the first ``limit`` above ``after_seq``, else the last below ``before_seq``."""
+        check_limit(limit)
+        before = check_cursor("before_seq", before_seq)
+        after = check_cursor("after_seq", after_seq)
+        if before is not None:
+            conditions.append(EVENTS.c.seq < before)
+        if after is not None:
+            conditions.append(EVENTS.c.seq > after)
+            return await self._rows(select(*COLUMNS).where(*conditions).order_by(EVENTS.c.seq).limit(limit))
+        newest_first = select(*COLUMNS).where(*conditions).order_by(EVENTS.c.seq.desc()).limit(limit)
+        latest = await self._rows(newest_first)
+        latest.reverse()
+        return latest
+
+    @staticmethod
+    def _scope(thread_id: str, user_id: str | None) -> list[Any]:
+        conditions: list[Any] = [EVENTS.c.thread_id == thread_id]
+        if user_id is not None:
+            conditions.append(EVENTS.c.user_id == user_id)
+        return conditions
+
+    async def list_messages(
+        self,
+        thread_id: str,
+        *,
+        limit: int = 50,
+        before_seq: int | None = None,
+        after_seq: int | None = None,
+        user_id: str | None = None,
+    ) -> list[RunEvent]:
+        conditions = [*self._scope(thread_id, user_id), EVENTS.c.category == "message"]
+        return await self._page(conditions, limit, before_seq, after_seq)
+
+    async def list_messages_by_run(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        limit: int = 50,
+        before_seq: int | None = None,
+        after_seq: int | None = None,
+        user_id: str | None = None,
+    ) -> list[RunEvent]:
+        conditions = [
+            *self._scope(thread_id, user_id), EVENTS.c.run_id == run_id, EVENTS.c.category == "message",
+        ]
+        return await self._page(conditions, limit, before_seq, after_seq)
+
+    async def list_events(
+        self,
+        thread_id: str,
+        run_id: str | None = None,
+        *,
+        event_types: Sequence[str] | None = None,
+        task_id: str | None = None,
+        limit: int = 500,
+        after_seq: int | None = None,
+        user_id: str | None = None,
+    ) -> list[RunEvent]:
+        check_limit(limit)
+        conditions = self._scope(thread_id, user_id)
+        conditions.append(EVENTS.c.seq > (check_cursor("after_seq", after_seq) or 0))
+        if run_id is not None:
+            conditions.append(EVENTS.c.run_id == run_id)
+        names = expand_event_types(event_types)
+        if names is not None:
+            conditions.append(EVENTS.c.event_type.in_(names))
+        if task_id is not None:
+            conditions.append(EVENTS.c.task_id == task_id)
+        return await self._rows(select(*COLUMNS).where(*conditions).order_by(EVENTS.c.seq).limit(limit))
+
+    async def _scalar(self, statement: Select[Any]) -> Any:
+        await self._ready()
+        async with self._reader.connect() as conn:
+            return (await conn.execute(statement)).scalar()
+
+    async def count_messages(self, thread_id: str, *, user_id: str | None = None) -> int:
+        conditions = [*self._scope(thread_id, user_id), EVENTS.c.category == "message"]
+        return int(await self._scalar(select(func.count()).select_from(EVENTS).where(*conditions)))
+
+    async def list_threads(self, *, user_id: str | None = None, limit: int = 1000) -> list[str]:
+        check_limit(limit)
+        counter = schema.threads
+        holds = select(EVENTS.c.id).where(*self._scope(counter.c.thread_id, user_id)).exists()  # type: ignore[arg-type]  # a column, not a literal id
+        statement = select(counter.c.thread_id).where(holds).order_by(counter.c.thread_id).limit(limit)
+        await self._ready()
+        async with self._reader.connect() as conn:
+            return list((await conn.execute(statement)).scalars())
+
+    async def last_seq(self, thread_id: str) -> int:
+        counter = schema.threads
+        value = await self._scalar(select(counter.c.last_seq).where(counter.c.thread_id == thread_id))
+        return int(value or 0)
+
+    async def follow(
+        self, thread_id: str, *, after_seq: int = 0, user_id: str | None = None
+    ) -> AsyncIterator[RunEvent]:
+        if self._listener is None:
+            async for item in super().follow(thread_id, after_seq=after_seq, user_id=user_id):
+                yield item
+            return
+        with self._listener.interest(thread_id):
+            async for item in super().follow(thread_id, after_seq=after_seq, user_id=user_id):
+                yield item
+
+    async def _wait_for_events(self, thread_id: str, after_seq: int) -> None:
+        state = "unavailable" if self._listener is None else await self._listener.ensure()
+        if state == "unavailable":
+            await super()._wait_for_events(thread_id, after_seq)
+        elif state == "listening":
+            assert self._listener is not None
+            await self._listener.wait(thread_id, after_seq, self.follow_fallback_interval)
+
+    # -- runs ------------------------------------------------------------------------------------
+    async def put_run(self, row: RunRow) -> RunRow:
+        await self._ready()
+        runs = schema.runs
+        data = row.to_dict()
+        values = {
+            "run_id": row.run_id, "thread_id": row.thread_id, "user_id": row.user_id,
+            "status": data["status"], "updated_at": schema.stamp(row.updated_at),
+            "started_at": schema.stamp(row.started_at) if row.started_at else None,
+            "row": dumps(data),
+        }
+        insert = self._insert(runs).values(values)
+        terminal = sorted(str(status) for status in TERMINAL_STATUSES)
+        statement = insert.on_conflict_do_update(
+            index_elements=[runs.c.run_id],
+            set_={name: insert.excluded[name] for name in values if name != "run_id"},
+            where=or_(runs.c.status.not_in(terminal), runs.c.status == insert.excluded.status),
+        ).returning(runs.c.row)
+        async with self._writer.begin() as conn:
+            stored = (await conn.execute(statement)).scalar()
+            if stored is None:
+                kept = await conn.execute(select(runs.c.row).where(runs.c.run_id == row.run_id))
+                stored = kept.scalar_one()
+        return RunRow.from_dict(loads(stored))
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        runs = schema.runs
+        stored = await self._scalar(select(runs.c.row).where(runs.c.run_id == run_id))
+        return None if stored is None else RunRow.from_dict(loads(stored))
+
+    async def list_runs(
+        self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
+    ) -> list[RunRow]:
+        runs = schema.runs
+        statement = select(runs.c.row).order_by(
+            func.coalesce(runs.c.started_at, runs.c.updated_at), runs.c.run_id
+        )
+        if thread_id is not None:
+            statement = statement.where(runs.c.thread_id == thread_id)
+        if statuses is not None:
+            statement = statement.where(runs.c.status.in_([str(status) for status in statuses]))
+        await self._ready()
+        async with self._reader.connect() as conn:
+            return [RunRow.from_dict(loads(text)) for text in (await conn.execute(statement)).scalars()]
+
+    # -- deletes ---------------------------------------------------------------------------------
+    async def delete_by_thread(self, thread_id: str) -> int:
+        return await self._delete([EVENTS.c.thread_id == thread_id], [schema.runs.c.thread_id == thread_id])
+
+    async def delete_by_run(self, thread_id: str, run_id: str) -> int:
+        runs = schema.runs
+        return await self._delete(
+            [EVENTS.c.thread_id == thread_id, EVENTS.c.run_id == run_id],
+            [runs.c.thread_id == thread_id, runs.c.run_id == run_id],
+        )
+
+    async def _delete(self, event_conditions: list[Any], run_conditions: list[Any]) -> int:
+        await self._ready()
+        async with self._write_lock(), self._writer.begin() as conn:
+            deleted = await conn.execute(EVENTS.delete().where(*event_conditions))
+            await conn.execute(schema.runs.delete().where(*run_conditions))
+        return int(deleted.rowcount)
+
+
+class _NoLock:
+    """Stands in for the in-process write lock where the database queues writers itself."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_LOCK: Final = _NoLock()

@@ -1,0 +1,163 @@
+"""Tables, migrations and URLs of the SQL store (SQLite through aiosqlite, PostgreSQL through asyncpg).
+
+The schema is portable SQLAlchemy Core: text columns for JSON (``content`` keeps the exact bytes
+``NewEvent.content_json`` produced, NUL escapes included, which JSONB would rewrite) and for
+timestamps (fixed-width ISO-8601 UTC, so text order is time order on both databases).
+Migrations are an ordered list: a store at version ``n`` has run ``MIGRATIONS[:n]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Final
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import URL, make_url
+
+ID = String(255)
+"""Thread, run, user and event ids (``envelope.validate_id`` caps them at 255 characters)."""
+STAMP = String(40)
+"""``YYYY-MM-DDTHH:MM:SS.ffffff+00:00``: fixed width, so text order is time order."""
+
+metadata = MetaData()
+
+events = Table(
+    "run_journal_events",
+    metadata,
+    # INTEGER (not BIGINT) on SQLite so the column is the rowid alias and needs no second b-tree.
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("thread_id", ID, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("run_id", ID, nullable=False),
+    Column("event_type", String(32), nullable=False),
+    Column("category", String(16), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("metadata", Text, nullable=False),
+    Column("task_id", Text, nullable=True),
+    Column("created_at", STAMP, nullable=False),
+    Column("event_id", ID, nullable=False),
+    Column("user_id", ID, nullable=True),
+    UniqueConstraint("thread_id", "seq", name="uq_run_journal_events_thread_seq"),
+    UniqueConstraint("thread_id", "event_id", name="uq_run_journal_events_thread_event_id"),
+    Index("ix_run_journal_events_category", "thread_id", "category", "seq"),
+    Index("ix_run_journal_events_run", "thread_id", "run_id", "seq"),
+    Index("ix_run_journal_events_task", "thread_id", "task_id", "seq"),
+)
+
+threads = Table(
+    "run_journal_threads",
+    metadata,
+    Column("thread_id", ID, primary_key=True),
+    # The highest seq ever assigned: the per-thread lock writers take, and why a deleted range is
+    # never reused.
+    Column("last_seq", BigInteger, nullable=False),
+)
+
+runs = Table(
+    "run_journal_runs",
+    metadata,
+    Column("run_id", ID, primary_key=True),
+    Column("thread_id", ID, nullable=False),
+    Column("user_id", ID, nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("started_at", STAMP, nullable=True),
+    Column("updated_at", STAMP, nullable=False),
+    Column("row", Text, nullable=False),
+    Index("ix_run_journal_runs_thread", "thread_id", "started_at"),
+)
+
+meta = Table(
+    "run_journal_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+
+def _create_v1(connection: Connection) -> None:
+    for table in (events, threads, runs):
+        table.create(connection, checkfirst=True)
+
+
+Migration = Callable[[Connection], None]
+MIGRATIONS: Final[tuple[Migration, ...]] = (_create_v1,)
+"""Position + 1 is the schema version a migration brings the store to. Append only; never edit."""
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+def stamp(moment: datetime) -> str:
+    """Fixed-width UTC text for a timestamp (``datetime.fromisoformat`` reads it back exactly)."""
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+# -- URLs --------------------------------------------------------------------------------------------
+_SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+POSTGRES_EXTRA: Final = "pip install 'run-journal[postgres]'"
+
+
+def engine_url(url: str) -> tuple[URL, str | None]:
+    """Map a store URL to the async driver URL and the PostgreSQL schema its ``?schema=`` names.
+
+    ``sqlite:///rel.db`` / ``sqlite:////abs.db`` -> ``sqlite+aiosqlite``; ``postgresql://`` and
+    ``postgres://`` -> ``postgresql+asyncpg``. ``schema`` is removed from the query, so the
+    driver never sees it.
+    """
+    parsed = make_url(url)
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend == "sqlite":
+        if driver not in ("", "aiosqlite"):
+            raise ValueError(f"{url!r}: SQLite stores use the aiosqlite driver, not {driver!r}")
+        if not parsed.database or parsed.database == ":memory:":
+            raise ValueError(
+                f"{url!r}: a SQLite store needs a file (sqlite:///journal.db); use memory:// for an "
+                "in-process store"
+            )
+        if "schema" in parsed.query:
+            raise ValueError(f"{url!r}: ?schema= is for PostgreSQL URLs only")
+        return parsed.set(drivername="sqlite+aiosqlite"), None
+    if backend in ("postgresql", "postgres"):
+        if driver not in ("", "asyncpg"):
+            raise ValueError(f"{url!r}: PostgreSQL stores use the asyncpg driver, not {driver!r}")
+        if importlib.util.find_spec("asyncpg") is None:
+            raise ImportError(f"PostgreSQL stores need the asyncpg driver: {POSTGRES_EXTRA}")
+        schema = parsed.query.get("schema")
+        if isinstance(schema, tuple):
+            raise ValueError(f"{url!r}: ?schema= given more than once")
+        if schema is not None:
+            check_schema_name(schema)
+        return parsed.difference_update_query(["schema"]).set(drivername="postgresql+asyncpg"), schema
+    raise ValueError(f"{url!r} is not a sqlite:// or postgresql:// URL")
+
+
+def check_schema_name(schema: str) -> str:
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError(
+            f"schema {schema!r} is invalid: 1-63 letters, digits or '_', not starting with a digit"
+        )
+    return schema
+
+
+def lock_key(*parts: str) -> int:
+    """A stable signed 64-bit key for ``pg_advisory_xact_lock`` derived from names."""
+    digest = hashlib.sha256("\x1f".join(("run_journal", *parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def channel_name(schema: str | None) -> str:
+    """The LISTEN/NOTIFY channel of one store (a schema of its own gets a channel of its own)."""
+    return "run_journal_" + hashlib.sha256((schema or "").encode()).hexdigest()[:20]
