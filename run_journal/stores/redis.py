@@ -75,11 +75,22 @@ class RedisRunEventStore(RunEventStore):
         self._owns_client = owns_client
         self._ready = False
         self._closing = asyncio.Event()
-        self._append_script = client.register_script(lua.APPEND)
-        self._page_script = client.register_script(lua.PAGE)
-        self._delete_thread_script = client.register_script(lua.DELETE_THREAD)
-        self._delete_run_script = client.register_script(lua.DELETE_RUN)
-        self._put_run_script = client.register_script(lua.PUT_RUN)
+        self._register_scripts(flags=True)
+
+    def _register_scripts(self, *, flags: bool) -> None:
+        """Script flags (Redis 7+): a write script is refused up front when the server is out of
+        memory, instead of failing at its first write; reads run on replicas and under OOM; deletes
+        may run under OOM. Older servers get the scripts without the ``#!lua`` line."""
+        register = self._client.register_script
+
+        def header(line: str) -> str:
+            return line + "\n" if flags else ""
+
+        self._append_script = register(header("#!lua") + lua.APPEND)
+        self._put_run_script = register(header("#!lua") + lua.PUT_RUN)
+        self._page_script = register(header("#!lua flags=no-writes") + lua.PAGE)
+        self._delete_thread_script = register(header("#!lua flags=allow-oom") + lua.DELETE_THREAD)
+        self._delete_run_script = register(header("#!lua flags=allow-oom") + lua.DELETE_RUN)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisRunEventStore:
@@ -107,6 +118,9 @@ class RedisRunEventStore(RunEventStore):
         """Stamp the prefix with the contract version, and refuse one written by another major."""
         if self._ready:
             return
+        server = await self._client.info("server")
+        if int(str(server.get("redis_version", "7")).split(".", 1)[0]) < 7:
+            self._register_scripts(flags=False)
         key = self._prefix + "contract"
         await self._client.set(key, CONTRACT_VERSION, nx=True)
         stored = text(await self._client.get(key) or CONTRACT_VERSION)
