@@ -19,6 +19,7 @@ Mapping never raises: a chunk that does not fit is reported as ``None`` and not 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
@@ -28,6 +29,7 @@ from langchain_core.messages import BaseMessage
 
 from run_journal.catalog import ID_MAX_LENGTH, Category
 from run_journal.envelope import JsonObject, JsonValue, dumps, normalize
+from run_journal.redact import Redactor, redact_secrets
 from run_journal.usage import usage_from_mapping
 
 logger = logging.getLogger(__name__)
@@ -67,21 +69,23 @@ class SubagentJournal(Protocol):
     def record_subagent_chunk(self, chunk: Any) -> Any: ...
 
 
-def subagent_run_event(chunk: Any) -> dict[str, Any] | None:
+def subagent_run_event(chunk: Any, *, redact: Redactor = redact_secrets) -> dict[str, Any] | None:
     """Map one ``task_*`` chunk to ``{"event_type", "category", "content", "metadata"}``.
 
     Returns ``None`` (and never raises) for a malformed chunk: not a dict, a type that is not a
-    known ``task_*``, an empty or non-string ``task_id``, or a ``task_running`` chunk whose
-    ``message_index`` is not a non-negative integer or whose ``message`` is not a message.
+    known ``task_*``, a ``task_id`` that is not a string or is blank or longer than 255 characters
+    (it is a filter key), or a ``task_running`` chunk whose ``message_index`` is not a non-negative
+    integer or whose ``message`` is neither a message object nor a mapping. Tool-call arguments go
+    through ``redact`` (by default the values of credential-named keys are hidden) before the preview.
     """
     try:
-        return _map(chunk)
+        return _map(chunk, redact)
     except Exception:  # a hostile chunk (broken __str__, odd mapping) is just malformed
         logger.debug("subagent chunk could not be mapped", exc_info=True)
         return None
 
 
-def _map(chunk: Any) -> dict[str, Any] | None:
+def _map(chunk: Any, redact: Redactor) -> dict[str, Any] | None:
     if not isinstance(chunk, Mapping):
         return None
     kind = chunk.get("type")
@@ -93,7 +97,7 @@ def _map(chunk: Any) -> dict[str, Any] | None:
     if kind == "task_started":
         return _started(task_id, chunk)
     if kind == "task_running":
-        return _running(task_id, chunk)
+        return _running(task_id, chunk, redact)
     if kind in TERMINAL_STATUSES:
         return _ended(task_id, TERMINAL_STATUSES[kind], chunk)
     return None
@@ -114,7 +118,7 @@ def _started(task_id: str, chunk: Mapping[str, Any]) -> dict[str, Any]:
     return _event("subagent.start", content, {"task_id": task_id})
 
 
-def _running(task_id: str, chunk: Mapping[str, Any]) -> dict[str, Any] | None:
+def _running(task_id: str, chunk: Mapping[str, Any], redact: Redactor) -> dict[str, Any] | None:
     index = chunk.get("message_index")
     if type(index) is not int or index < 0:
         return None
@@ -129,7 +133,7 @@ def _running(task_id: str, chunk: Mapping[str, Any]) -> dict[str, Any] | None:
     if kind == "ai":
         calls = message.get("tool_calls")
         listed = list(calls) if isinstance(calls, list | tuple) else []
-        content["tool_calls"] = [_tool_call(call) for call in listed[:MAX_TOOL_CALLS]]
+        content["tool_calls"] = [_tool_call(call, redact) for call in listed[:MAX_TOOL_CALLS]]
         if len(listed) > MAX_TOOL_CALLS:
             content["tool_calls_omitted"] = len(listed) - MAX_TOOL_CALLS
     elif kind == "tool":
@@ -194,7 +198,7 @@ def _content_text(content: Any) -> str:
     return "".join(parts)
 
 
-def _tool_call(call: Any) -> JsonObject:
+def _tool_call(call: Any, redact: Redactor) -> JsonObject:
     if not isinstance(call, Mapping):
         preview, cut = _cap(_as_text(call), TOOL_ARGS_PREVIEW_LIMIT)
         return {"name": "", "id": None, "args_preview": preview, "args_truncated": cut}
@@ -202,8 +206,7 @@ def _tool_call(call: Any) -> JsonObject:
     source = function if isinstance(function, Mapping) and "name" not in call else call
     name = source.get("name")
     call_id = call.get("id")
-    args = source.get("args", source.get("arguments"))
-    preview = args if isinstance(args, str) else dumps(normalize({} if args is None else args))
+    preview = _args_preview(source.get("args", source.get("arguments")), redact)
     preview, cut = _cap(preview, TOOL_ARGS_PREVIEW_LIMIT)
     return {
         "name": name if isinstance(name, str) else "",
@@ -211,6 +214,17 @@ def _tool_call(call: Any) -> JsonObject:
         "args_preview": preview,
         "args_truncated": cut,
     }
+
+
+def _args_preview(args: Any, redact: Redactor) -> str:
+    """JSON text of the (redacted) arguments; raw JSON text is parsed first so it is redacted too."""
+    value = args
+    if isinstance(args, str):
+        try:
+            value = json.loads(args)
+        except ValueError:
+            return args  # not JSON: nothing to match key names in
+    return dumps(normalize(redact({} if value is None else value)))
 
 
 def _usage(usage: Any) -> JsonObject | None:

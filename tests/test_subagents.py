@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 
 from run_journal.contract import validate_record
 from run_journal.envelope import NewEvent, RunEvent
+from run_journal.redact import no_redaction
 from run_journal.subagents import (
     DESCRIPTION_LIMIT,
     ERROR_TEXT_LIMIT,
@@ -160,8 +161,25 @@ def test_openai_style_tool_call_function_shape() -> None:
     event = step(message)
     assert event["content"]["text"] == ""
     assert event["content"]["tool_calls"] == [
-        {"name": "lookup", "id": "c9", "args_preview": '{"k": 1}', "args_truncated": False}
+        {"name": "lookup", "id": "c9", "args_preview": '{"k":1}', "args_truncated": False}
     ]
+
+
+def test_tool_args_are_redacted_by_default_whatever_their_form() -> None:
+    calls = [
+        {"name": "login", "args": {"user": "ann", "password": "pw-123"}, "id": "c1"},
+        {"id": "c2", "function": {"name": "call", "arguments": '{"api_key": "sk-999", "q": 1}'}},
+        {"name": "raw", "args": "not json password=pw-123", "id": "c3"},
+    ]
+    event = step({"type": "ai", "content": "", "tool_calls": calls})
+    previews = [call["args_preview"] for call in event["content"]["tool_calls"]]
+    assert previews[0] == '{"user":"ann","password":"[redacted]"}'
+    assert previews[1] == '{"api_key":"[redacted]","q":1}'
+    assert previews[2] == "not json password=pw-123"  # free text has no key to match
+    chunk = {"type": "task_running", "task_id": "a", "message_index": 0,
+             "message": {"type": "ai", "content": "", "tool_calls": calls[:1]}}
+    plain = valid(subagent_run_event(chunk, redact=no_redaction))
+    assert "pw-123" in plain["content"]["tool_calls"][0]["args_preview"]
 
 
 def test_long_step_text_is_truncated_at_the_limit() -> None:
