@@ -1,0 +1,613 @@
+"""RunJournal: LangChain callbacks in, catalog events out, one run per journal.
+
+The handler is a small state machine guarded by one lock (callbacks arrive from the event loop
+thread and from executor threads). Each callback only builds ``NewEvent`` objects in memory and
+hands them to the :class:`~run_journal.writer.EventWriter`, which owns every store call. Callbacks
+never raise into the user's graph: a bug here is logged and counted in ``stats.callback_errors``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Final, ParamSpec, Self, TypeVar
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
+from langgraph.errors import GraphBubbleUp
+
+from run_journal import journal_payloads as p
+from run_journal.catalog import LIFECYCLE_EVENTS, category_of, middleware_event_type
+from run_journal.envelope import NewEvent, sha256_hex, utc_now, validate_id
+from run_journal.journal_state import LlmCall, RunState, ToolRun
+from run_journal.redact import Redactor, resolve_redactor
+from run_journal.runs import RunRow, RunStatus
+from run_journal.stores.base import RunEventStore
+from run_journal.usage import Pricing, RunTally, cap_text, extract_usage, model_name_of, usage_from_mapping
+from run_journal.writer import DeferredEvent, EventWriter, JournalError, JournalStats, RetryPolicy
+
+logger = logging.getLogger("run_journal")
+P = ParamSpec("P")
+R = TypeVar("R")
+_CANCELLED: Final = (asyncio.CancelledError, KeyboardInterrupt)
+
+
+def _guarded(method: Callable[P, None]) -> Callable[P, None]:
+    """Never let journaling break the user's run; count and log instead. Then apply backpressure."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        journal: RunJournal = args[0]  # type: ignore[assignment]  # first argument is self
+        try:
+            method(*args, **kwargs)
+        except Exception:  # a journaling bug must not become the user's exception
+            journal._writer.callback_errors += 1
+            logger.exception("run-journal: %s failed", method.__name__)
+        journal._writer.throttle()
+
+    return wrapper
+
+
+class RunJournal(BaseCallbackHandler):
+    """Record one LangGraph / LangChain run as an ordered event stream plus a ``RunRow``.
+
+    Pass it as ``config={"callbacks": [journal]}``, then make it durable with ``await
+    journal.flush()`` / ``await journal.aclose()`` / ``async with journal:`` (or ``with journal:``
+    around sync code). ``store`` is a ``RunEventStore`` or a store URL (opened and closed by the
+    journal on its writer's loop, the convenient form for sync graphs).
+
+    Options:
+      ``pricing``: ``{model: {"input", "output", "cache_read", "cache_write"}}`` USD per million
+      tokens; models without a price have ``cost_usd`` None. ``redact``: a callable applied to
+      callback metadata, tool arguments and middleware changes before anything is queued (default:
+      ``redact.redact_secrets``; ``False`` disables). ``resumed_from``: the run a
+      ``Command(resume=...)`` resumes (default: the thread's latest interrupted run, looked up by
+      the writer). ``batch_size`` (200), ``flush_interval`` (0.1 s), ``row_interval`` (2 s between
+      run-row updates), ``max_pending`` (10 000 queued events before backpressure), ``retry``
+      (a ``RetryPolicy``): see ``run_journal.writer``.
+    """
+
+    run_inline = True
+    raise_error = False
+
+    def __init__(
+        self,
+        store: RunEventStore | str,
+        *,
+        thread_id: str | None = None,
+        run_id: str | None = None,
+        user_id: str | None = None,
+        pricing: Pricing | None = None,
+        redact: Redactor | bool | None = None,
+        resumed_from: str | None = None,
+        batch_size: int = 200,
+        flush_interval: float = 0.1,
+        row_interval: float = 2.0,
+        max_pending: int = 10_000,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        super().__init__()
+        self.thread_id = validate_id("thread_id", thread_id) if thread_id is not None else None
+        self.run_id = validate_id("run_id", run_id) if run_id is not None else uuid.uuid4().hex
+        self.user_id = validate_id("user_id", user_id) if user_id is not None else None
+        self.resumed_from = validate_id("resumed_from", resumed_from) if resumed_from else None
+        self._redact = resolve_redactor(redact)
+        self._lock = threading.Lock()
+        self._state = RunState()
+        self._tally = RunTally(pricing=pricing)
+        self._closed = False
+        self._writer = EventWriter(
+            store, self._row_for, batch_size=batch_size, flush_interval=flush_interval,
+            row_interval=row_interval, max_pending=max_pending, retry=retry,
+        )
+
+    # -- public surface ---------------------------------------------------------------------------
+    @property
+    def stats(self) -> JournalStats:
+        return self._writer.stats()
+
+    @property
+    def run_row(self) -> RunRow | None:
+        """The run row as the journal sees it now (the stored one may lag until ``flush()``)."""
+        with self._lock:
+            return self._build_row(self._state.status)
+
+    def unwritten_events(self) -> list[NewEvent]:
+        """Events still waiting for the store (after a failed flush: what would be lost)."""
+        return self._writer.unwritten()
+
+    async def flush(self) -> None:
+        """Write every event queued so far and the run row; ``JournalError`` if that failed."""
+        await self._writer.flush()
+
+    async def aclose(self) -> None:
+        """Finish: an unfinished run is recorded as cancelled, then everything is flushed."""
+        self._finish_unended()
+        await self._writer.flush(closing=True)
+
+    def close(self) -> None:
+        """``aclose()`` for sync code (the writer must not run on this thread's loop)."""
+        self._finish_unended()
+        self._writer.close_blocking()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- recorders (any thread) -------------------------------------------------------------------
+    def record(self, event_type: str, *, content: Any = "", metadata: Mapping[str, Any] | None = None,
+               caller: str = p.LEAD_AGENT) -> None:
+        """Queue any catalog event in run order (workspace changes, custom producers).
+
+        Validated now (``ValueError`` for unknown names, lifecycle events or bad payloads); events
+        recorded before the run starts are held and written right after ``run.start``.
+        """
+        if event_type in LIFECYCLE_EVENTS:
+            raise ValueError(f"{event_type!r} is written by the journal's callbacks, not record()")
+        try:
+            category = category_of(event_type)
+        except KeyError:
+            raise ValueError(f"unknown event type {event_type!r}; see run_journal.catalog") from None
+        with self._lock:
+            self._check_open()
+            event = self._event(event_type, content, {"caller": caller, **(metadata or {})}, category)
+            self._queue(event)
+
+    def record_middleware(self, tag: str, *, name: str, hook: str, action: str,
+                          changes: Mapping[str, Any]) -> None:
+        """``middleware:{tag}``: a middleware changed the run's state. The tag is checked first."""
+        event_type = middleware_event_type(tag)
+        if not isinstance(changes, Mapping):
+            raise ValueError("changes must be a mapping")
+        content = {"name": name, "hook": hook, "action": action, "changes": self._redact(dict(changes))}
+        self.record(event_type, content=content, caller=f"middleware:{name}")
+
+    def record_memory_context(self, *, content: str | None = None, content_sha256: str | None = None) -> bool:
+        """``context:memory`` once per run: the sha256 of the memory text (never the text)."""
+        if (content is None) == (content_sha256 is None):
+            raise ValueError("pass exactly one of content= or content_sha256=")
+        payload: dict[str, Any] = {}
+        if content is not None:
+            payload = {"content_sha256": sha256_hex(content), "content_length": len(content)}
+        else:
+            digest = str(content_sha256).lower()
+            if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
+                raise ValueError("content_sha256 must be 64 hexadecimal characters")
+            payload = {"content_sha256": digest}
+        with self._lock:
+            if self._state.memory_recorded:
+                return False
+            self._state.memory_recorded = True
+        self.record("context:memory", content=payload)
+        return True
+
+    def record_subagent_chunk(self, chunk: Any) -> bool:
+        """Journal one ``task_*`` stream chunk; malformed chunks are ignored (returns False)."""
+        from run_journal.subagents import subagent_run_event  # lazy: subagents imports usage only
+
+        mapped = subagent_run_event(chunk)
+        if mapped is None:
+            return False
+        with self._lock:
+            self._check_open()
+            self._subagent_event(mapped)
+        return True
+
+    # -- chains -----------------------------------------------------------------------------------
+    @_guarded
+    def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: uuid.UUID,
+                       parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
+                       metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        with self._lock:
+            name = kwargs.get("name") or (serialized or {}).get("name") or "chain"
+            if parent_run_id is None:
+                self._start_root(run_id, str(name), inputs, tags, metadata)
+                return
+            state = self._state
+            if not state.started:
+                return
+            state.chain_names[run_id] = str((metadata or {}).get("langgraph_node") or name)
+            if state.baseline is None and parent_run_id == state.root and isinstance(inputs, Mapping):
+                messages = inputs.get("messages")
+                if isinstance(messages, list):
+                    previous = messages[: max(0, len(messages) - state.root_input_count)]
+                    state.baseline = {m.id for m in previous if isinstance(getattr(m, "id", None), str)}
+
+    @_guarded
+    def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        with self._lock:
+            state = self._state
+            if run_id == state.root and not state.ended:
+                self._end_root(outputs)
+            elif state.started and not state.ended:
+                state.chain_names.pop(run_id, None)
+                for message in p.tool_messages(outputs):
+                    if message.tool_call_id in state.answerable():
+                        self._tool_result(message, state.caller_of_call(message.tool_call_id), None)
+
+    @_guarded
+    def on_chain_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        with self._lock:
+            state = self._state
+            if not state.started or state.ended:
+                return
+            for item in p.interrupts_of(error):
+                state.interrupts.setdefault(str(getattr(item, "id", id(item))), item)
+            if run_id == state.root:
+                self._fail_root(error)
+            elif not isinstance(error, GraphBubbleUp) and state.error_node is None:
+                state.error_node = state.chain_names.get(run_id)
+
+    # -- models -----------------------------------------------------------------------------------
+    @_guarded
+    def on_chat_model_start(self, serialized: dict[str, Any] | None, messages: list[list[BaseMessage]],
+                            *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
+                            tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
+                            **kwargs: Any) -> None:
+        with self._lock:
+            if parent_run_id is None and not self._state.started:
+                self._start_root(run_id, "chat_model", messages[0] if messages else [], tags, metadata)
+            self._model_start(run_id, tags, metadata, kwargs)
+
+    @_guarded
+    def on_llm_start(self, serialized: dict[str, Any] | None, prompts: list[str], *, run_id: uuid.UUID,
+                     parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
+                     metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        with self._lock:
+            if parent_run_id is None and not self._state.started:
+                self._start_root(run_id, "llm", prompts, tags, metadata)
+            self._model_start(run_id, tags, metadata, kwargs)
+
+    @_guarded
+    def on_llm_new_token(self, token: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        call = self._state.llm_calls.get(run_id)
+        if call is not None and call.first_token_at is None:
+            call.first_token_at = time.monotonic()
+
+    @_guarded
+    def on_llm_end(self, response: LLMResult, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        with self._lock:
+            call = self._state.llm_calls.pop(run_id, None)
+            if call is None or self._state.ended:
+                return  # a second on_llm_end for the same call, or a call outside the run
+            self._llm_response(call, response)
+            if run_id == self._state.root:
+                generations = [g for batch in response.generations for g in batch]
+                first = generations[0] if generations else None
+                self._end_root(first.message if isinstance(first, ChatGeneration) else response.llm_output)
+
+    @_guarded
+    def on_llm_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        with self._lock:
+            call = self._state.llm_calls.pop(run_id, None)
+            if call is None or self._state.ended:
+                return
+            meta = {"caller": call.caller, "llm_call_index": call.index, "model_name": call.model}
+            self._queue(self._event("llm.error", p.error_content(error, with_traceback=False), meta))
+            if run_id == self._state.root:
+                self._fail_root(error)
+
+    # -- tools ------------------------------------------------------------------------------------
+    @_guarded
+    def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: uuid.UUID,
+                      parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
+                      metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        with self._lock:
+            state = self._state
+            if not state.started or state.ended:
+                return
+            name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
+            call_id = kwargs.get("tool_call_id")
+            state.tool_runs[run_id] = ToolRun(name, call_id if isinstance(call_id, str) else None,
+                                              p.caller_of(tags), time.monotonic())
+            if isinstance(call_id, str):
+                state.seen_calls.add(call_id)
+            self._tally.tool_calls += 1
+
+    @_guarded
+    def on_tool_end(self, output: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        with self._lock:
+            tool = self._state.tool_runs.pop(run_id, None)
+            if tool is None or self._state.ended:
+                return
+            status = "success"
+            for message in p.tool_messages(output):
+                self._tool_result(message, tool.caller, tool.name)
+                if message.tool_call_id == tool.call_id and message.status == "error":
+                    status = "error"
+            if tool.call_id is not None:
+                size, digest = p.result_digest(output)
+                self._outcome(tool.call_id, tool.name, tool.caller, status, tool,
+                              result_size=size, result_sha256=digest)
+
+    @_guarded
+    def on_tool_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        with self._lock:
+            tool = self._state.tool_runs.pop(run_id, None)
+            if tool is None or self._state.ended:
+                return
+            if isinstance(error, GraphBubbleUp):  # an interrupt or a parent command, not a failure
+                for item in p.interrupts_of(error):
+                    self._state.interrupts.setdefault(str(getattr(item, "id", id(item))), item)
+                return
+            if tool.call_id is not None:
+                self._state.errored_calls.add(tool.call_id)
+                text = p.capped(f"{type(error).__name__}: {error}", p.ERROR_TEXT_LIMIT)[0]
+                self._outcome(tool.call_id, tool.name, tool.caller, "error", tool, error=text)
+
+    # -- internals (all called with the lock held) ------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalError("this RunJournal is closed")
+
+    def _event(self, event_type: str, content: Any, metadata: Mapping[str, Any],
+               category: str | None = None, *, created_at: datetime | None = None) -> NewEvent:
+        return NewEvent(
+            thread_id=self.thread_id or "pending", run_id=self.run_id, event_type=event_type,
+            category=category or category_of(event_type), content=content, metadata=dict(metadata),
+            created_at=created_at or utc_now(), user_id=self.user_id,
+        )
+
+    def _queue(self, event: NewEvent | DeferredEvent) -> None:
+        if self._state.started:
+            self._writer.submit(event)
+        else:
+            self._state.held.append(event)
+
+    def _start_root(self, root: uuid.UUID, name: str, inputs: Any, tags: list[str] | None,
+                    metadata: dict[str, Any] | None) -> None:
+        state = self._state
+        if state.started:
+            return  # one journal records one run; a second root call is not journaled
+        lg = p.langgraph_identity(metadata)
+        if self.thread_id is None:
+            candidate = lg.get("thread_id")
+            try:
+                self.thread_id = validate_id("thread_id", candidate)
+            except ValueError:
+                self.thread_id = uuid.uuid4().hex
+        state.root, state.started_at, state.status = root, utc_now(), RunStatus.RUNNING
+        state.started_mono = time.monotonic()
+        state.caller = p.caller_of(tags)
+        state.run_name = name
+        content = {"run_name": name, "input_preview": p.input_preview(inputs)}
+        user_meta = {k: v for k, v in (metadata or {}).items() if k not in p.LANGGRAPH_KEYS}
+        meta = {"caller": state.caller, "langgraph": self._redact(lg), "tags": list(tags or []),
+                "run_metadata": self._redact(user_meta)}
+        created = state.started_at
+        if p.is_resume(inputs) and self.resumed_from is None:
+            start: NewEvent | DeferredEvent = _ResumeStart(self, content, meta, created)
+        else:
+            start = self._start_event(content, meta, created, self.resumed_from)
+        held, state.held = state.held, []
+        state.started = True
+        self._writer.submit(start)
+        for event in held:
+            self._writer.submit(event if isinstance(event, DeferredEvent)
+                                else _rehome(event, self.thread_id))
+        messages = p.input_messages(inputs) if not p.is_resume(inputs) else []
+        state.root_input_count = len(messages)
+        human = next((m for m in messages if p.is_visible_human(m)), None)
+        if human is not None:
+            self._tally.messages += 1
+            self._tally.first_human = cap_text(p.message_text(human))
+            self._queue(self._event("llm.human.input", p.message_payload(human, self._redact),
+                                    {"caller": state.caller, "message_id": human.id}))
+
+    def _start_event(self, content: dict[str, Any], meta: dict[str, Any], created: datetime,
+                     resumed_from: str | None) -> NewEvent:
+        return self._event("run.start", {**content, "resumed_from": resumed_from},
+                           {**meta, "resumed_from": resumed_from}, created_at=created)
+
+    def _model_start(self, run_id: uuid.UUID, tags: list[str] | None, metadata: dict[str, Any] | None,
+                     kwargs: dict[str, Any]) -> None:
+        state = self._state
+        if not state.started or state.ended:
+            return
+        params = kwargs.get("invocation_params") or {}
+        model = params.get("model_name") or params.get("model") or (metadata or {}).get("ls_model_name")
+        state.llm_calls[run_id] = LlmCall(p.caller_of(tags), str(model) if model else None,
+                                          state.next_llm_index(), time.monotonic())
+
+    def _llm_response(self, call: LlmCall, response: LLMResult) -> None:
+        generations = [g for batch in response.generations for g in batch]
+        first = generations[0] if generations else None
+        message = first.message if isinstance(first, ChatGeneration) else AIMessage(
+            content=first.text if first is not None else "")
+        model = model_name_of(response, call.model)
+        usage = extract_usage(response)
+        priced = self._tally.add_call(call.caller, model, usage)
+        now = time.monotonic()
+        ttft = None if call.first_token_at is None else int((call.first_token_at - call.started) * 1000)
+        meta = {
+            "caller": call.caller, "llm_call_index": call.index, "model_name": model,
+            "usage": usage.to_dict() if usage else None, "cost_usd": priced.cost_usd,
+            "latency_ms": int((now - call.started) * 1000), "time_to_first_token_ms": ttft,
+            "message_id": message.id,
+        }
+        self._tally.messages += 1
+        if call.caller == p.LEAD_AGENT and p.message_text(message):
+            self._tally.last_ai = cap_text(p.message_text(message))
+        self._queue(self._event("llm.ai.response", p.message_payload(message, self._redact), meta))
+        for tool_call in getattr(message, "tool_calls", None) or []:
+            call_id = tool_call.get("id")
+            if not isinstance(call_id, str) or not call_id:
+                continue
+            preview, cut = p.args_preview(tool_call.get("args", {}), self._redact)
+            name = str(tool_call.get("name", ""))
+            self._state.open_calls[call_id] = (name, call.caller)
+            self._queue(self._event(
+                "tool.call",
+                {"tool_call_id": call_id, "tool_name": name, "args_preview": preview, "args_truncated": cut},
+                {"caller": call.caller, "tool_call_id": call_id, "llm_call_index": call.index},
+            ))
+
+    def _tool_result(self, message: Any, caller: str, tool_name: str | None) -> None:
+        state = self._state
+        call_id = message.tool_call_id
+        if call_id in state.results_done:
+            return
+        state.results_done.add(call_id)
+        if message.status == "error" and call_id not in state.errored_calls:
+            state.errored_calls.add(call_id)
+            self._tally.tool_errors += 1
+        self._tally.messages += 1
+        meta = {"caller": caller, "tool_call_id": call_id, "tool_name": message.name or tool_name,
+                "status": message.status}
+        self._queue(self._event("llm.tool.result", p.message_payload(message, self._redact), meta))
+
+    def _outcome(self, call_id: str, name: str, caller: str, outcome: str, tool: ToolRun | None,
+                 **extra: Any) -> None:
+        state = self._state
+        if call_id in state.outcomes_done:
+            return
+        state.outcomes_done.add(call_id)
+        state.open_calls.pop(call_id, None)
+        if outcome == "error" and tool is not None:
+            self._tally.tool_errors += 1
+        duration = None if tool is None else int((time.monotonic() - tool.started) * 1000)
+        content = {"tool_call_id": call_id, "tool_name": name, "outcome": outcome,
+                   "duration_ms": duration, **extra}
+        self._queue(self._event("tool.outcome", content, {"caller": caller, "tool_call_id": call_id}))
+
+    def _subagent_event(self, mapped: dict[str, Any]) -> None:
+        content, state = mapped["content"], self._state
+        task_id = content["task_id"]
+        name = content.get("subagent") or state.open_tasks.get(task_id) or "task"
+        caller = f"subagent:{name}"
+        if mapped["event_type"] == "subagent.start":
+            state.open_tasks[task_id] = str(name)
+        elif mapped["event_type"] == "subagent.end":
+            state.open_tasks.pop(task_id, None)
+            usage = usage_from_mapping(content.get("usage"))
+            if usage is not None and task_id not in state.counted_tasks:
+                state.counted_tasks.add(task_id)
+                self._tally.add_external(caller, content.get("model"), usage)
+        meta = {"caller": caller, **mapped["metadata"]}
+        self._queue(self._event(mapped["event_type"], content, meta, mapped["category"]))
+
+    def _close_open_work(self, *, missing: bool) -> None:
+        """Before a terminal event: close unfinished subagent tasks and (optionally) unanswered calls."""
+        from run_journal.subagents import subagent_run_event
+
+        for task_id in list(self._state.open_tasks):
+            mapped = subagent_run_event({"type": "task_cancelled", "task_id": task_id,
+                                         "closed_by_journal": True})
+            if mapped is not None:
+                self._subagent_event(mapped)
+        if missing:
+            for call_id, (name, caller) in list(self._state.open_calls.items()):
+                self._outcome(call_id, name, caller, "missing", None)
+
+    def _terminal(self, event_type: str, status: RunStatus, content: dict[str, Any],
+                  error: str | None = None) -> None:
+        state = self._state
+        self._close_open_work(missing=status != RunStatus.INTERRUPTED)
+        state.ended, state.status, state.error = True, status, error
+        state.ended_at = utc_now()
+        duration = int((time.monotonic() - state.started_mono) * 1000)
+        meta = {"status": status.value, "duration_ms": duration, "caller": state.caller}
+        self._queue(self._event(event_type, content, meta, created_at=state.ended_at))
+
+    def _end_root(self, output: Any) -> None:
+        state = self._state
+        pending = output.get("__interrupt__") if isinstance(output, Mapping) else None
+        if state.interrupts or pending:
+            items = list(state.interrupts.values()) or list(pending or [])
+            self._terminal("run.interrupt", RunStatus.INTERRUPTED,
+                           {"interrupts": p.interrupt_payload(items)})
+            return
+        produced, truncated, keys = p.produced_messages(output, state.baseline)
+        content: dict[str, Any] = {"output": produced, "output_truncated": truncated}
+        if keys is not None:
+            content["state_keys"] = keys
+        self._terminal("run.end", RunStatus.SUCCESS, content)
+
+    def _fail_root(self, error: BaseException) -> None:
+        state = self._state
+        if isinstance(error, _CANCELLED):
+            self._terminal("run.cancel", RunStatus.CANCELLED, {"reason": f"{type(error).__name__}"})
+        elif state.interrupts or isinstance(error, GraphBubbleUp):
+            self._terminal("run.interrupt", RunStatus.INTERRUPTED,
+                           {"interrupts": p.interrupt_payload(state.interrupts.values())})
+        else:
+            content = {**p.error_content(error, with_traceback=True), "node": state.error_node}
+            self._terminal("run.error", RunStatus.ERROR, content, error=str(content["message"]))
+
+    def _finish_unended(self) -> None:
+        with self._lock:
+            if self._state.started and not self._state.ended:
+                self._terminal("run.cancel", RunStatus.CANCELLED,
+                               {"reason": "the journal was closed before the run ended"})
+            self._closed = True
+
+    def _row_for(self, written_status: RunStatus) -> RunRow | None:
+        """The row the writer stores, with the status of the events it has actually written."""
+        with self._lock:
+            return self._build_row(written_status)
+
+    def _build_row(self, status: RunStatus) -> RunRow | None:
+        state = self._state
+        if not state.started or self.thread_id is None:
+            return None
+        terminal = status in (RunStatus.SUCCESS, RunStatus.ERROR, RunStatus.INTERRUPTED,
+                              RunStatus.CANCELLED)
+        return RunRow(
+            run_id=self.run_id, thread_id=self.thread_id, user_id=self.user_id, status=status,
+            started_at=state.started_at, ended_at=state.ended_at if terminal else None,
+            resumed_from=self.resumed_from, error=state.error if terminal else None,
+            metadata={"run_name": state.run_name, "caller": state.caller},
+            **self._tally.row_fields(),
+        )
+
+
+def _rehome(event: NewEvent, thread_id: str | None) -> NewEvent:
+    """An event recorded before the thread was known, moved to the run's thread."""
+    if thread_id is None or event.thread_id == thread_id:
+        return event
+    return NewEvent(
+        thread_id=thread_id, run_id=event.run_id, event_type=event.event_type, category=event.category,
+        content=event.content, metadata=event.metadata, created_at=event.created_at,
+        event_id=event.event_id, user_id=event.user_id,
+    )
+
+
+class _ResumeStart(DeferredEvent):
+    """``run.start`` of a ``Command(resume=...)`` run: the writer finds the run it resumes."""
+
+    def __init__(self, journal: RunJournal, content: dict[str, Any], meta: dict[str, Any],
+                 created: datetime) -> None:
+        self.journal, self.content, self.meta, self.created = journal, content, meta, created
+
+    async def resolve(self, store: RunEventStore) -> NewEvent:
+        journal = self.journal
+        resumed: str | None = None
+        if journal.thread_id is not None:
+            try:
+                runs = await store.list_runs(journal.thread_id, statuses=[RunStatus.INTERRUPTED.value])
+                candidates = [run for run in runs if run.run_id != journal.run_id]
+                resumed = candidates[-1].run_id if candidates else None
+            except Exception:  # an unknown origin must not hold the run's events back
+                logger.warning("run-journal: could not look up the interrupted run", exc_info=True)
+        with journal._lock:
+            journal.resumed_from = resumed
+            return journal._start_event(self.content, self.meta, self.created, resumed)
+

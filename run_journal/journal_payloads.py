@@ -1,0 +1,230 @@
+"""Pure helpers that turn LangChain / LangGraph callback arguments into event payloads.
+
+Kept apart from ``journal.py`` so the callback handler stays a thin state machine: nothing here
+touches journal state, locks or stores, and everything is cheap enough for the callback hot path.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from langchain_core.messages import BaseMessage, ToolMessage, convert_to_messages
+from langgraph.errors import GraphInterrupt
+from langgraph.types import Command
+
+from run_journal.envelope import JsonObject, JsonValue, dumps, normalize, sha256_hex
+from run_journal.redact import Redactor
+
+LEAD_AGENT: Final = "lead_agent"
+ARGS_PREVIEW_LIMIT: Final = 2000
+"""Characters of a tool call's (redacted) JSON arguments kept in ``tool.call``."""
+ERROR_TEXT_LIMIT: Final = 2000
+TRACEBACK_LIMIT: Final = 8000
+INPUT_PREVIEW_LIMIT: Final = 500
+OUTPUT_MESSAGES_LIMIT: Final = 100
+"""At most this many messages in ``run.end``; beyond it the latest are kept and the cut is flagged."""
+LANGGRAPH_KEYS: Final = (
+    "thread_id", "checkpoint_ns", "checkpoint_id", "langgraph_node", "langgraph_path",
+    "langgraph_step", "langgraph_triggers", "langgraph_checkpoint_ns", "assistant_id", "graph_id",
+)
+"""The callback metadata that identifies a LangGraph run; nothing else of it is copied (no secrets)."""
+
+
+def caller_of(tags: Sequence[str] | None) -> str:
+    """``subagent:<name>`` / ``middleware:<name>`` / ``lead_agent`` from a run's (inherited) tags.
+
+    The innermost attribution wins: LangChain appends a child's own tags after inherited ones.
+    """
+    for tag in reversed(tags or ()):
+        if isinstance(tag, str) and (tag.startswith(("subagent:", "middleware:")) or tag == LEAD_AGENT):
+            return tag
+    return LEAD_AGENT
+
+
+def capped(text: str, limit: int) -> tuple[str, bool]:
+    return (text, False) if len(text) <= limit else (text[:limit] + "…", True)
+
+
+def langgraph_identity(metadata: Mapping[str, Any] | None) -> JsonObject:
+    if not metadata:
+        return {}
+    return {key: normalize(metadata[key]) for key in LANGGRAPH_KEYS if key in metadata}
+
+
+def is_resume(inputs: Any) -> bool:
+    return isinstance(inputs, Command) and inputs.resume is not None
+
+
+def input_preview(inputs: Any) -> str:
+    if isinstance(inputs, Command):
+        return capped(f"Command(resume={inputs.resume!r})", INPUT_PREVIEW_LIMIT)[0]
+    try:
+        return capped(dumps(normalize(inputs)), INPUT_PREVIEW_LIMIT)[0]
+    except Exception:  # noqa: BLE001 - a preview is best effort
+        return ""
+
+
+def input_messages(inputs: Any) -> list[BaseMessage]:
+    """The messages a root call was given (a graph's ``{"messages": ...}`` or a model's prompt)."""
+    raw: Any = inputs.get("messages") if isinstance(inputs, Mapping) else inputs
+    if isinstance(raw, BaseMessage):
+        raw = [raw]
+    if not isinstance(raw, list | tuple):
+        return []
+    try:
+        return list(convert_to_messages(raw))
+    except Exception:  # noqa: BLE001 - an input we cannot read as messages has no human input
+        return []
+
+
+def is_visible_human(message: BaseMessage) -> bool:
+    """A human message a person typed: not hidden from the UI, not a summary of older turns."""
+    if message.type != "human":
+        return False
+    extra = message.additional_kwargs or {}
+    if extra.get("hide_from_ui") or extra.get("lc_source") == "summarization":
+        return False
+    return message.name not in {"summary", "summarization"}
+
+
+def message_text(message: BaseMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts = [
+        part if isinstance(part, str) else str(part.get("text", ""))
+        for part in content
+        if isinstance(part, str) or (isinstance(part, Mapping) and part.get("type") == "text")
+    ]
+    return "".join(parts)
+
+
+def message_payload(message: BaseMessage, redact: Redactor) -> JsonValue:
+    """The message's normalized dump with every tool call's arguments redacted."""
+    data = normalize(message)
+    if not isinstance(data, dict):
+        return data
+    for key in ("tool_calls", "invalid_tool_calls"):
+        calls = data.get(key)
+        if isinstance(calls, list):
+            data[key] = [_redact_call(call, redact) for call in calls]
+    extra = data.get("additional_kwargs")
+    if isinstance(extra, dict) and isinstance(extra.get("tool_calls"), list):
+        raw_calls: list[JsonValue] = extra["tool_calls"]  # type: ignore[assignment]  # checked just above
+        extra["tool_calls"] = [_redact_raw_call(call, redact) for call in raw_calls]
+    return data
+
+
+def _redact_call(call: JsonValue, redact: Redactor) -> JsonValue:
+    if isinstance(call, dict) and "args" in call:
+        args = call["args"]
+        if isinstance(args, str):
+            return {**call, "args": redact_json_text(args, redact)}
+        return {**call, "args": normalize(redact(args))}
+    return call
+
+
+def _redact_raw_call(call: JsonValue, redact: Redactor) -> JsonValue:
+    function = call.get("function") if isinstance(call, dict) else None
+    arguments = function.get("arguments") if isinstance(function, dict) else None
+    if isinstance(call, dict) and isinstance(function, dict) and isinstance(arguments, str):
+        return {**call, "function": {**function, "arguments": redact_json_text(arguments, redact)}}
+    return call
+
+
+def redact_json_text(text: str, redact: Redactor) -> str:
+    """Redact JSON arguments given as text; text that is not JSON is kept only as its size."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return f"<{len(text)} characters of non-JSON arguments>"
+    return dumps(normalize(redact(parsed)))
+
+
+def args_preview(args: Any, redact: Redactor) -> tuple[str, bool]:
+    text = redact_json_text(args, redact) if isinstance(args, str) else dumps(normalize(redact(args)))
+    return capped(text, ARGS_PREVIEW_LIMIT)
+
+
+def tool_messages(output: Any) -> list[ToolMessage]:
+    """Tool messages in a tool's or node's output: a ToolMessage, a ``Command(update=...)``, lists."""
+    found: list[ToolMessage] = []
+    _collect(output, found, 0)
+    return found
+
+
+def _collect(value: Any, found: list[ToolMessage], depth: int) -> None:
+    if depth > 4:
+        return
+    if isinstance(value, ToolMessage):
+        found.append(value)
+    elif isinstance(value, Command):
+        _collect(value.update, found, depth + 1)
+    elif isinstance(value, Mapping):
+        _collect(value.get("messages"), found, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            if isinstance(item, tuple) and len(item) == 2 and item[0] == "messages":
+                _collect(item[1], found, depth + 1)  # Command(update=[("messages", [...])])
+            else:
+                _collect(item, found, depth + 1)
+
+
+def result_digest(output: Any) -> tuple[int, str]:
+    """Size in UTF-8 bytes and sha256 of a tool's result text (never the text itself)."""
+    content: Any = output.content if isinstance(output, ToolMessage) else output
+    text = content if isinstance(content, str) else dumps(normalize(content))
+    data = text.encode("utf-8", "surrogatepass")
+    return len(data), sha256_hex(data)
+
+
+def error_content(error: BaseException, *, with_traceback: bool) -> JsonObject:
+    message, _ = capped(str(error), ERROR_TEXT_LIMIT)
+    content: JsonObject = {"error_type": type(error).__name__, "message": message}
+    if with_traceback and error.__traceback__ is not None:
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        content["traceback"] = text[-TRACEBACK_LIMIT:]
+    return content
+
+
+def interrupts_of(error: BaseException) -> list[Any]:
+    """The ``Interrupt`` objects a ``GraphInterrupt`` carries (empty for other errors)."""
+    if not isinstance(error, GraphInterrupt) or not error.args:
+        return []
+    first = error.args[0]
+    return list(first) if isinstance(first, list | tuple) else [first]
+
+
+def interrupt_payload(interrupts: Iterable[Any]) -> list[JsonValue]:
+    return [
+        {"id": getattr(item, "id", None), "value": normalize(getattr(item, "value", item))}
+        for item in interrupts
+    ]
+
+
+def produced_messages(
+    output: Any, baseline: set[str] | None
+) -> tuple[JsonValue, bool, list[str] | None]:
+    """What a root run produced: new messages only (never the thread's whole history), bounded.
+
+    ``baseline`` holds the ids of the messages the thread had before this run; without it only the
+    latest messages are kept and the result is flagged as truncated.
+    """
+    if isinstance(output, Mapping):
+        keys = sorted(str(key) for key in output)
+        messages = output.get("messages")
+        if isinstance(messages, list):
+            if baseline is not None:
+                new = [m for m in messages if getattr(m, "id", None) not in baseline]
+            else:
+                new = messages
+            truncated = len(new) > OUTPUT_MESSAGES_LIMIT or (baseline is None and len(new) > 1)
+            keep = new[-OUTPUT_MESSAGES_LIMIT:] if baseline is not None else new[-1:]
+            return {"messages": normalize(keep)}, truncated, keys
+        return normalize({key: value for key, value in output.items() if key != "__interrupt__"}), False, keys
+    if isinstance(output, BaseMessage):
+        return normalize(output), False, None
+    return normalize(output), False, None

@@ -1,0 +1,81 @@
+"""The mutable state of one journaled run (only touched with the journal's lock held)."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import datetime
+from typing import Any
+
+from run_journal.envelope import NewEvent
+from run_journal.runs import RunStatus
+
+
+@dataclasses.dataclass(slots=True)
+class LlmCall:
+    caller: str
+    model: str | None
+    index: int
+    started: float
+    first_token_at: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolRun:
+    name: str
+    call_id: str | None
+    caller: str
+    started: float
+
+
+@dataclasses.dataclass(slots=True)
+class RunState:
+    """Lifecycle, open work and dedupe sets. Everything keyed by LangChain run id is popped on end,
+    so memory follows what is in flight, not the length of the run."""
+
+    started: bool = False
+    ended: bool = False
+    root: uuid.UUID | None = None
+    started_at: datetime | None = None
+    started_mono: float = 0.0
+    ended_at: datetime | None = None
+    status: RunStatus = RunStatus.PENDING
+    error: str | None = None
+    caller: str = "lead_agent"
+    run_name: str | None = None
+    held: list[Any] = dataclasses.field(default_factory=list)
+    """Events recorded before ``run.start`` (NewEvent), written right after it."""
+    chain_names: dict[uuid.UUID, str] = dataclasses.field(default_factory=dict)
+    baseline: set[str] | None = None
+    """Ids of the messages the thread held before this run (from the first node's input)."""
+    root_input_count: int = 0
+    interrupts: dict[str, Any] = dataclasses.field(default_factory=dict)
+    error_node: str | None = None
+    llm_calls: dict[uuid.UUID, LlmCall] = dataclasses.field(default_factory=dict)
+    llm_index: int = 0
+    tool_runs: dict[uuid.UUID, ToolRun] = dataclasses.field(default_factory=dict)
+    seen_calls: set[str] = dataclasses.field(default_factory=set)
+    open_calls: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    """tool_call_id -> (tool name, caller) for calls a model asked for and nobody answered yet."""
+    results_done: set[str] = dataclasses.field(default_factory=set)
+    outcomes_done: set[str] = dataclasses.field(default_factory=set)
+    errored_calls: set[str] = dataclasses.field(default_factory=set)
+    open_tasks: dict[str, str] = dataclasses.field(default_factory=dict)
+    counted_tasks: set[str] = dataclasses.field(default_factory=set)
+    memory_recorded: bool = False
+
+    def next_llm_index(self) -> int:
+        index = self.llm_index
+        self.llm_index += 1
+        return index
+
+    def answerable(self) -> set[str]:
+        """Tool call ids this run may still write a ``llm.tool.result`` for."""
+        return (set(self.open_calls) | self.errored_calls | self.seen_calls) - self.results_done
+
+    def caller_of_call(self, call_id: str) -> str:
+        entry = self.open_calls.get(call_id)
+        return entry[1] if entry else "lead_agent"
+
+
+__all__ = ["LlmCall", "NewEvent", "RunState", "ToolRun"]

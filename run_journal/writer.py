@@ -1,0 +1,404 @@
+"""The journal's writer: moves queued events into a store in order, in batches, with retries.
+
+Callbacks never touch the store. They append ``NewEvent`` objects to this writer's queue (in memory,
+under a lock) and the writer, an asyncio task, drains the queue through ``store.put_batch`` in
+submission order, one batch at a time, so a run's events are stored in the order they happened.
+
+Which loop runs the writer matters because async drivers (aiosqlite, asyncpg) bind their objects to
+the loop that created them:
+
+* a callback that fires with a running event loop (``ainvoke``, ``astream``...) starts the writer as a
+  task on *that* loop, the loop the caller most likely opened the store in;
+* a callback that fires with no running loop (``invoke``, ``stream``) starts a private background
+  thread with its own loop, and the store is only ever used there.
+
+Batching: the first queued event wakes the writer, which waits up to ``flush_interval`` seconds for
+more (or until ``batch_size`` events are queued, or a flush is requested) and writes them together,
+so a slow run never holds events back for longer than that.
+
+Failures: a failed write is retried with exponential backoff (safe, because the store ignores an
+``event_id`` it already has). When the retry budget is spent the writer stops (later events must not
+overtake earlier ones), keeps every event in memory and reports the error from ``flush()`` /
+``aclose()``; each flush tries again. Nothing is dropped.
+
+Backpressure: the queue is bounded by ``max_pending``. A callback on another thread (a sync tool in
+an executor) waits for the writer to make room. A callback on the writer's own loop thread cannot
+wait (the writer needs that thread to make room), so it is accepted and counted in
+``stats.over_limit``; so are events queued while the writer is failed or not making progress.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from run_journal.envelope import NewEvent
+from run_journal.runs import STATUS_AFTER, RunRow, RunStatus
+from run_journal.stores.base import RunEventStore
+from run_journal.stores.urls import open_store
+
+STALL_TIMEOUT: Final = 1.0
+"""Seconds a blocked producer waits for the writer's progress before it stops waiting."""
+
+
+class JournalError(RuntimeError):
+    """Events or the run row could not be written (the message says how many and why)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently a failed write is retried before the writer reports failure."""
+
+    attempts: int = 5
+    initial_delay: float = 0.05
+    max_delay: float = 2.0
+    multiplier: float = 2.0
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.max_delay, self.initial_delay * self.multiplier**attempt))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JournalStats:
+    """A snapshot of the writer's counters (``journal.stats``)."""
+
+    submitted: int = 0
+    written: int = 0
+    pending: int = 0
+    retried: int = 0
+    failed_batches: int = 0
+    batches: int = 0
+    row_writes: int = 0
+    over_limit: int = 0
+    callback_errors: int = 0
+    last_error: str | None = None
+
+
+class DeferredEvent(abc.ABC):
+    """An event whose payload needs a store read; resolved once, by the writer, in queue order."""
+
+    _event: NewEvent | None = None
+
+    async def event(self, store: RunEventStore) -> NewEvent:
+        if self._event is None:
+            self._event = await self.resolve(store)
+        return self._event
+
+    @abc.abstractmethod
+    async def resolve(self, store: RunEventStore) -> NewEvent: ...
+
+
+QueueItem = NewEvent | DeferredEvent
+RowSource = Callable[[RunStatus], RunRow | None]
+
+
+class EventWriter:
+    """Owns the queue, the writer task and the loop it runs on (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: RunEventStore | str,
+        row_source: RowSource,
+        *,
+        batch_size: int = 200,
+        flush_interval: float = 0.1,
+        row_interval: float = 2.0,
+        max_pending: int = 10_000,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if batch_size < 1 or max_pending < 1 or flush_interval < 0 or row_interval < 0:
+            raise ValueError("batch_size and max_pending must be >= 1, intervals >= 0")
+        self._store: RunEventStore | None = store if isinstance(store, RunEventStore) else None
+        self._url = store if isinstance(store, str) else None
+        self._owns_store = self._url is not None
+        self._row_source = row_source
+        self.batch_size = batch_size
+        self.flush_interval = flush_interval
+        self.row_interval = row_interval
+        self.max_pending = max_pending
+        self.retry = retry or RetryPolicy()
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._queue: deque[QueueItem] = deque()
+        self._counts = {"submitted": 0, "written": 0, "retried": 0, "failed_batches": 0,
+                        "batches": 0, "row_writes": 0, "over_limit": 0}
+        self.callback_errors = 0
+        self._failure: BaseException | None = None
+        self._stalled = False
+        self._status = RunStatus.PENDING
+        self._row_status: RunStatus | None = None
+        self._row_dirty = False
+        self._last_row_at = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._thread: threading.Thread | None = None
+        self._task: asyncio.Future[None] | None = None
+        self._wakeup = asyncio.Event()
+        self._signalled = False
+        self._urgent = False
+        self._closing = False
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    # -- producer side (any thread, hot path) -----------------------------------------------------
+    def submit(self, item: QueueItem) -> None:
+        """Queue one event (in memory only). Called in event order, under the journal's lock."""
+        with self._lock:
+            self._queue.append(item)
+            self._counts["submitted"] += 1
+            size = len(self._queue)
+            if size > self.max_pending:
+                self._counts["over_limit"] += 1
+            poke = not self._signalled or size == self.batch_size
+            self._signalled = True
+        if self._loop is None:
+            self._start()
+        if poke:
+            self._poke()
+
+    def throttle(self) -> None:
+        """Backpressure, called outside the journal's lock: wait for room unless that would deadlock."""
+        if len(self._queue) <= self.max_pending or threading.get_ident() == self._loop_thread:
+            return
+        with self._room:
+            while len(self._queue) > self.max_pending and not (self._failure or self._stalled):
+                before = self._counts["written"]
+                self._room.wait(STALL_TIMEOUT)
+                if self._counts["written"] == before:
+                    self._stalled = True  # the writer's loop is blocked or gone: stop waiting on it
+
+    def stats(self) -> JournalStats:
+        with self._lock:
+            return JournalStats(
+                pending=len(self._queue), callback_errors=self.callback_errors,
+                last_error=repr(self._failure) if self._failure else None, **self._counts,
+            )
+
+    def unwritten(self) -> list[NewEvent]:
+        """Queued events not yet stored (deferred ones not yet resolved are left out)."""
+        with self._lock:
+            return [item for item in self._queue if isinstance(item, NewEvent)]
+
+    @property
+    def started(self) -> bool:
+        return self._loop is not None
+
+    def _start(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self._lock:
+            if self._loop is not None:
+                return
+            if loop is not None:
+                self._loop, self._loop_thread = loop, threading.get_ident()
+                self._task = loop.create_task(self._run(), name="run-journal-writer")
+                return
+            self._loop = asyncio.new_event_loop()
+            ready = threading.Event()
+            self._thread = threading.Thread(
+                target=self._thread_main, args=(ready,), name="run-journal-writer", daemon=True
+            )
+            self._thread.start()
+        ready.wait()
+
+    def _thread_main(self, ready: threading.Event) -> None:
+        assert self._loop is not None
+        asyncio.set_event_loop(self._loop)
+        self._loop_thread = threading.get_ident()
+        self._task = self._loop.create_task(self._run(), name="run-journal-writer")
+        ready.set()
+        try:
+            self._loop.run_forever()  # stopped by flush(closing=True) once the writer is done
+        finally:
+            self._loop.close()
+
+    def _poke(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._wakeup.set()
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: flush/close will report it
+            loop.call_soon_threadsafe(self._wakeup.set)
+
+    # -- writer side (the writer's loop) ----------------------------------------------------------
+    async def _run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            deadline = time.monotonic() + self.flush_interval
+            while not (self._urgent or self._closing or len(self._queue) >= self.batch_size):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), remaining)
+                self._wakeup.clear()
+            with self._lock:
+                self._signalled = False
+                urgent, self._urgent = self._urgent, False
+            await self._drain(force_row=urgent or self._closing)
+            if self._closing:
+                return
+
+    async def _drain(self, *, force_row: bool) -> None:
+        store = await self._ready_store()
+        while store is not None and self._failure is None:
+            with self._lock:
+                items = [self._queue[i] for i in range(min(self.batch_size, len(self._queue)))]
+            if not items:
+                break
+            events = [await self._materialize(item, store) for item in items]
+            if not await self._attempt(functools.partial(store.put_batch, events)):
+                break
+            with self._room:
+                for _ in items:
+                    self._queue.popleft()
+                self._counts["written"] += len(items)
+                self._counts["batches"] += 1
+                self._stalled = False
+                self._room.notify_all()
+            for event in events:
+                self._status = STATUS_AFTER.get(event.event_type, self._status)
+            self._row_dirty = True
+            await self._write_row(store, force=False)
+        if store is not None and self._failure is None and (force_row or self._row_dirty):
+            await self._write_row(store, force=force_row)
+        self._wake_waiters()
+
+    async def _materialize(self, item: QueueItem, store: RunEventStore) -> NewEvent:
+        return item if isinstance(item, NewEvent) else await item.event(store)
+
+    async def _ready_store(self) -> RunEventStore | None:
+        if self._store is None and self._url is not None and self._failure is None:
+            store = open_store(self._url)
+            if await self._attempt(store.setup):
+                self._store = store
+        return self._store
+
+    async def _write_row(self, store: RunEventStore, *, force: bool) -> None:
+        due = (
+            self._status != self._row_status
+            or (self._row_dirty and time.monotonic() - self._last_row_at >= self.row_interval)
+            or (force and self._row_dirty)
+        )
+        if not due:
+            return
+        row = self._row_source(self._status)
+        if row is None or not await self._attempt(lambda: store.put_run(row)):
+            return
+        self._row_status, self._row_dirty = self._status, False
+        self._last_row_at = time.monotonic()
+        self._counts["row_writes"] += 1
+
+    async def _attempt(self, operation: Callable[[], Awaitable[object]]) -> bool:
+        """Run a store call with the retry policy; on exhaustion record the failure and say no."""
+        for attempt in range(self.retry.attempts):
+            try:
+                await operation()
+            except Exception as error:  # noqa: BLE001 - any store failure is retried, then reported
+                last = error
+                if attempt + 1 < self.retry.attempts:
+                    self._counts["retried"] += 1
+                    await asyncio.sleep(self.retry.delay(attempt))
+            else:
+                return True
+        with self._lock:
+            self._failure = last
+            self._counts["failed_batches"] += 1
+            self._room.notify_all()
+        return False
+
+    def _wake_waiters(self) -> None:
+        written, failure = self._counts["written"], self._failure
+        keep: list[tuple[int, asyncio.Future[None]]] = []
+        for target, waiter in self._waiters:
+            if waiter.done():
+                continue
+            if failure is not None:
+                waiter.set_exception(self._error(failure))
+            elif written >= target:
+                waiter.set_result(None)
+            else:
+                keep.append((target, waiter))
+        self._waiters = keep
+
+    def _error(self, failure: BaseException) -> JournalError:
+        pending = len(self._queue)
+        error = JournalError(
+            f"run-journal could not write {pending} event(s) to the store after "
+            f"{self.retry.attempts} attempts: {type(failure).__name__}: {failure}"
+        )
+        error.__cause__ = failure
+        return error
+
+    async def _flush_here(self, closing: bool) -> None:
+        with self._lock:
+            target = self._counts["submitted"]
+            self._failure = None  # every flush gives a failed store another chance
+            self._stalled = False
+            self._urgent = True
+            self._closing = self._closing or closing
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append((target, waiter))
+        self._wakeup.set()
+        if closing and self._task is not None:
+            await asyncio.shield(self._task)
+            self._wake_waiters()
+        try:
+            await waiter
+        finally:
+            if closing and self._owns_store and self._store is not None:
+                await self._store.aclose()
+
+    # -- flush / close (any loop or thread) -------------------------------------------------------
+    async def flush(self, *, closing: bool = False) -> None:
+        """Write everything queued so far and the run row; ``JournalError`` if the store refuses."""
+        loop = self._loop
+        if loop is None:
+            return
+        if loop.is_closed() or (self._task is not None and self._task.done() and not self._closing):
+            raise JournalError(f"the writer's event loop is gone; {len(self._queue)} event(s) unwritten")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            await self._flush_here(closing)
+        else:
+            future = asyncio.run_coroutine_threadsafe(self._flush_here(closing), loop)
+            try:
+                await asyncio.wrap_future(future)
+            finally:
+                if closing and self._thread is not None:
+                    loop.call_soon_threadsafe(loop.stop)
+                    await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+
+    def close_blocking(self) -> None:
+        """``flush(closing=True)`` for sync code; refuses to block the writer's own loop."""
+        loop = self._loop
+        if loop is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            raise JournalError(
+                "the journal's writer runs on this thread's event loop: use 'async with' or "
+                "'await journal.aclose()' instead of the sync form"
+            )
+        if loop.is_closed():
+            raise JournalError(f"the writer's event loop is gone; {len(self._queue)} event(s) unwritten")
+        try:
+            asyncio.run_coroutine_threadsafe(self._flush_here(True), loop).result()
+        finally:
+            if self._thread is not None:
+                loop.call_soon_threadsafe(loop.stop)
+                self._thread.join()
