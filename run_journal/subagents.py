@@ -217,13 +217,17 @@ def _tool_call(call: Any, redact: Redactor) -> JsonObject:
 
 
 def _args_preview(args: Any, redact: Redactor) -> str:
-    """JSON text of the (redacted) arguments; raw JSON text is parsed first so it is redacted too."""
+    """JSON text of the (redacted) arguments; JSON text is parsed first so it is redacted too.
+
+    Text that is not JSON can not be redacted by key, so only its size is kept (as the journal does
+    for the parent's own tool calls).
+    """
     value = args
     if isinstance(args, str):
         try:
             value = json.loads(args)
         except ValueError:
-            return args  # not JSON: nothing to match key names in
+            return f"<{len(args)} characters of non-JSON arguments>"  # can't be redacted: size only
     return dumps(normalize(redact({} if value is None else value)))
 
 
