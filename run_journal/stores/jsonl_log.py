@@ -184,13 +184,24 @@ def snapshot(directory: Path) -> Iterator[Snapshot | None]:
         try:
             view = Snapshot(directory, meta["generation"])
         except FileNotFoundError:
-            continue  # a delete switched generations between reading meta and opening the files
+            _restore_index(directory, meta["generation"])
+            continue  # or a delete switched generations between reading meta and opening the files
         try:
             yield view
         finally:
             view.close()
         return
     raise RuntimeError(f"{directory}: the thread keeps changing generation; try again")
+
+
+def _restore_index(directory: Path, generation: str) -> None:
+    """A reader found events without their index (lost or removed): rebuild it under the lock."""
+    if (directory / f"events-{generation}.jsonl").exists():
+        with locked(directory):
+            meta = read_meta(directory)
+            index = directory / f"index-{generation}.bin"
+            if meta and meta["generation"] == generation and not index.exists():
+                rebuild_index(directory, generation)
 
 
 # -- writing (caller holds ``locked(directory)``) -------------------------------------------------
@@ -290,13 +301,16 @@ def rebuild_index(directory: Path, generation: str) -> None:
     data = (directory / f"events-{generation}.jsonl").read_bytes()
     offsets: list[int] = []
     end = 0
-    for line in data.split(b"\n")[:-1]:
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines):
+        if number == len(lines) - 1 and not line:
+            break  # the file ends with a whole line
         try:
-            seq = json.loads(line)["seq"]
+            seq = json.loads(line)["seq"] if number < len(lines) - 1 else None
             valid = isinstance(seq, int) and seq > len(offsets)
         except (ValueError, KeyError, TypeError):
             valid = False
-        if not valid:
+        if not valid or seq is None:  # seq None: the unterminated last line
             warnings.warn(
                 f"{directory}: dropped a damaged line at byte {end} while rebuilding the index",
                 CorruptRecordWarning,
