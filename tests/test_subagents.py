@@ -8,7 +8,11 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage, messages_to_dict
+from langchain_core.tools import tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
 
 from run_journal.contract import validate_record
 from run_journal.envelope import NewEvent, RunEvent
@@ -412,3 +416,115 @@ async def test_async_generous_timeout_adds_nothing() -> None:
 def test_bad_timeout_is_rejected(timeout: Any) -> None:
     with pytest.raises(ValueError, match="timeout"):
         wrap_subagent_stream([], RecordingJournal(), timeout=timeout)
+
+
+# -- integration: a real LangGraph run whose tool streams a subagent ------------------------------
+
+
+def _subagent_chunks(steps: int) -> list[Any]:
+    """A subagent's stream: start, alternating AI / tool steps, one malformed chunk, completion."""
+    chunks: list[Any] = [{"type": "task_started", "task_id": "sub-1", "description": "look it up",
+                          "subagent": "researcher"}]
+    for index in range(steps):
+        message: AIMessage | ToolMessage = (
+            AIMessage(content=f"thinking {index}", tool_calls=[{"name": "web", "args": {}, "id": "w"}])
+            if index % 2 == 0
+            else ToolMessage(content=f"found {index}", tool_call_id="w", name="web")
+        )
+        chunks.append({"type": "task_running", "task_id": "sub-1", "message_index": index,
+                       "message": message})
+    chunks.append("a malformed chunk the parent ignores")
+    chunks.append({"type": "task_completed", "task_id": "sub-1", "result": "the answer is 42",
+                   "model": "fake-sub-model", "usage": {"input_tokens": 30, "output_tokens": 7}})
+    return chunks
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+async def test_langgraph_tool_streaming_a_subagent_reads_back_in_causal_order(
+    store: Any, mode: str
+) -> None:
+    journal = pytest.importorskip("run_journal.journal").RunJournal(store, thread_id="thread-sub")
+    passed_through: list[Any] = []
+
+    @tool
+    async def delegate_async(question: str) -> str:
+        """Ask a subagent."""
+
+        async def stream() -> AsyncIterator[Any]:
+            for chunk in _subagent_chunks(6):
+                yield chunk
+
+        async for chunk in wrap_subagent_stream(stream(), journal):
+            passed_through.append(chunk)
+        return "subagent says 42"
+
+    @tool
+    def delegate_sync(question: str) -> str:
+        """Ask a subagent."""
+        passed_through.extend(wrap_subagent_stream(iter(_subagent_chunks(6)), journal))
+        return "subagent says 42"
+
+    delegate = delegate_async if mode == "async" else delegate_sync
+    model = GenericFakeChatModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": delegate.name, "args": {"question": "q"},
+                                           "id": "call-d"}]),
+        AIMessage(content="The subagent says 42."),
+    ]))
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    def route(state: MessagesState) -> str:
+        last = state["messages"][-1]
+        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode([delegate]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route, ["tools", END])
+    builder.add_edge("tools", "agent")
+    graph = builder.compile()
+
+    async with journal:
+        await graph.ainvoke({"messages": [HumanMessage(content="ask the subagent")]},
+                            config={"callbacks": [journal]})
+
+    assert len(passed_through) == 9  # every chunk, the malformed one too
+    events = await store.list_events("thread-sub", journal.run_id)
+    names = [event.event_type for event in events]
+    for event in events:
+        assert validate_record(event.to_dict()) == []
+
+    def first(predicate: Any) -> int:
+        return next(i for i, event in enumerate(events) if predicate(event))
+
+    call = first(lambda e: e.event_type == "tool.call" and e.content["tool_call_id"] == "call-d")
+    start = names.index("subagent.start")
+    end = names.index("subagent.end")
+    result = first(lambda e: e.event_type == "llm.tool.result" and e.metadata.get("tool_call_id") == "call-d")
+    steps = [i for i, name in enumerate(names) if name == "subagent.step"]
+    assert call < start < steps[0]
+    assert steps[-1] < end < result
+    assert [events[i].content["message_index"] for i in steps] == list(range(6))
+    assert names.count("subagent.end") == 1
+    assert events[end].content["status"] == "completed"
+    assert events[start].metadata["caller"] == "subagent:researcher"
+
+    # Subtask cards page the steps by task id.
+    pages: list[list[int]] = []
+    after = None
+    while True:
+        page = await store.list_events("thread-sub", journal.run_id, event_types=["subagent.step"],
+                                       task_id="sub-1", limit=4, after_seq=after)
+        if not page:
+            break
+        pages.append([event.content["message_index"] for event in page])
+        after = page[-1].seq
+    assert pages == [[0, 1, 2, 3], [4, 5]]
+    assert await store.list_events("thread-sub", journal.run_id, task_id="other") == []
+
+    row = journal.run_row
+    assert row is not None
+    assert row.usage_by_caller["subagent:researcher"].input_tokens == 30
+    assert row.usage_by_model["fake-sub-model"].output_tokens == 7
