@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from blockbuster import blockbuster_ctx
+from langgraph.graph import END, START, MessagesState, StateGraph
 
 from run_journal.contract import validate_record
 from run_journal.envelope import METADATA_LIMIT, NewEvent, RunEvent
@@ -360,3 +361,32 @@ async def test_payload_reads_back_the_same_from_every_store(tmp_path: Path, stor
     assert review["available"] is True
     assert review["summary_text"] == "2 file(s) changed +1 -1"
     assert review["workspace_changes"] == json.loads(json.dumps(payload))
+
+
+async def test_a_run_that_writes_files_records_its_changes_through_the_journal(
+    tmp_path: Path, store: RunEventStore
+) -> None:
+    journal = pytest.importorskip("run_journal.journal").RunJournal(store, thread_id="ws-thread")
+    write(tmp_path / "README.md", "hello\n")
+
+    def edit(state: MessagesState) -> dict[str, Any]:
+        write(tmp_path / "README.md", "hello\nworld\n")
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("edit", edit)
+    builder.add_edge(START, "edit")
+    builder.add_edge("edit", END)
+    graph = builder.compile()
+    async with journal:
+        before = await WorkspaceSnapshot.acapture(tmp_path)
+        await graph.ainvoke({"messages": []}, config={"callbacks": [journal]})
+        payload = await arecord_workspace_changes(journal, before)
+    assert payload is not None
+    events = await store.list_events("ws-thread", journal.run_id)
+    (change,) = [event for event in events if event.event_type == "workspace_changes"]
+    assert change.category == "workspace"
+    assert validate_record(change.to_dict()) == []
+    review = await latest_workspace_changes(store, "ws-thread", journal.run_id)
+    assert review["summary_text"] == "1 file(s) changed +1 -0"
+    assert review["workspace_changes"]["files"][0]["path"] == "README.md"
