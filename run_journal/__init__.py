@@ -2,6 +2,7 @@
 
 from run_journal.catalog import Category, middleware_event_type
 from run_journal.envelope import NewEvent, RunEvent
+from run_journal.journal import RunJournal
 from run_journal.runs import RunRow, RunStatus, UsageTotals, status_of
 from run_journal.stores.base import RunEventStore, StoreError
 from run_journal.stores.urls import open_store
@@ -12,12 +13,17 @@ from run_journal.workspace import (
     arecord_workspace_changes,
     record_workspace_changes,
 )
+from run_journal.writer import JournalError, JournalStats, RetryPolicy
 
 __all__ = [
     "Category",
+    "JournalError",
+    "JournalStats",
     "NewEvent",
+    "RetryPolicy",
     "RunEvent",
     "RunEventStore",
+    "RunJournal",
     "RunRow",
     "RunStatus",
     "StoreError",

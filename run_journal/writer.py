@@ -116,7 +116,7 @@ class EventWriter:
     ) -> None:
         if batch_size < 1 or max_pending < 1 or flush_interval < 0 or row_interval < 0:
             raise ValueError("batch_size and max_pending must be >= 1, intervals >= 0")
-        self._store: RunEventStore | None = store if isinstance(store, RunEventStore) else None
+        self._store: RunEventStore | None = None if isinstance(store, str) else store
         self._url = store if isinstance(store, str) else None
         self._owns_store = self._url is not None
         self._row_source = row_source
