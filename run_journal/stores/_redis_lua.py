@@ -167,7 +167,7 @@ local P, T, run = ARGV[1], ARGV[2], ARGV[3]
 local B = P .. 't/' .. T .. '/'
 local R = B .. 'r/' .. run .. '/'
 local seqs = redis.call('ZRANGE', R .. 'all', 0, -1)
-local users, types = {}, {}
+local users, types, emptied = {}, {}, {}
 for i = 1, #seqs, 500 do
   local upto = math.min(i + 499, #seqs)
   local records = redis.call('HMGET', B .. 'ev', unpack(seqs, i, upto))
@@ -178,14 +178,18 @@ for i = 1, #seqs, 500 do
     if record then
       local e = cjson.decode(record)
       redis.call('HDEL', B .. 'ids', e.event_id)
-      redis.call('ZREM', B .. 'ty/' .. e.event_type, s)
+      local shared = {B .. 'ty/' .. e.event_type}
       types[e.event_type] = true
       local task = type(e.metadata) == 'table' and e.metadata.task_id
-      if type(task) == 'string' then redis.call('ZREM', B .. 'task/' .. redis.sha1hex(task), s) end
+      if type(task) == 'string' then shared[#shared + 1] = B .. 'task/' .. redis.sha1hex(task) end
       if type(e.user_id) == 'string' then
-        redis.call('ZREM', B .. 'u/' .. e.user_id .. '/all', s)
-        redis.call('ZREM', B .. 'u/' .. e.user_id .. '/msg', s)
+        shared[#shared + 1] = B .. 'u/' .. e.user_id .. '/all'
+        shared[#shared + 1] = B .. 'u/' .. e.user_id .. '/msg'
         users[e.user_id] = true
+      end
+      for _, key in ipairs(shared) do
+        redis.call('ZREM', key, s)
+        emptied[key] = true
       end
     end
     redis.call('HDEL', B .. 'ev', s)
@@ -195,6 +199,9 @@ local gone = {R .. 'all', R .. 'msg'}
 for etype in pairs(types) do gone[#gone + 1] = R .. 'ty/' .. etype end
 redis.call('UNLINK', unpack(gone))
 redis.call('SREM', B .. 'keys', unpack(gone))
+for key in pairs(emptied) do
+  if redis.call('EXISTS', key) == 0 then redis.call('SREM', B .. 'keys', key) end
+end
 for user in pairs(users) do
   if redis.call('EXISTS', B .. 'u/' .. user .. '/all') == 0 then
     redis.call('ZREM', P .. 'u/' .. user .. '/threads', T)

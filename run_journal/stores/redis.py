@@ -353,7 +353,17 @@ class RedisRunEventStore(RunEventStore):
             await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
 
     async def _wait(self, pubsub: Any) -> None:
-        message = asyncio.ensure_future(pubsub.get_message(timeout=FOLLOW_FALLBACK_SECONDS))
+        """Until a notification, the store closing, or the fallback delay (whichever is first)."""
+
+        async def notified() -> None:
+            clock = asyncio.get_running_loop().time
+            deadline = clock() + FOLLOW_FALLBACK_SECONDS
+            while (left := deadline - clock()) > 0:
+                # None also stands for a (skipped) subscribe confirmation: keep waiting
+                if await pubsub.get_message(ignore_subscribe_messages=True, timeout=left) is not None:
+                    return
+
+        message = asyncio.ensure_future(notified())
         closing = asyncio.ensure_future(self._closing.wait())
         try:
             await asyncio.wait({message, closing}, return_when=asyncio.FIRST_COMPLETED)
@@ -361,7 +371,7 @@ class RedisRunEventStore(RunEventStore):
             for task in (message, closing):
                 task.cancel()
             await asyncio.gather(message, closing, return_exceptions=True)
-        while not self._closed and await pubsub.get_message(timeout=0):
+        while not self._closed and await pubsub.get_message(ignore_subscribe_messages=True, timeout=0):
             pass  # drain: one read covers every notification that is already here
 
     # -- runs ------------------------------------------------------------------------------------
