@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, Final, TextIO
 
-from run_journal.envelope import RunEvent
+from run_journal.envelope import RunEvent, validate_id
 from run_journal.stores.base import MAX_PAGE, RunEventStore
 
 PAGE: Final = 1000
@@ -54,6 +54,8 @@ async def all_threads(store: RunEventStore) -> list[str]:
 
 
 async def require_thread(store: RunEventStore, thread_id: str) -> None:
+    """A read of an unknown thread is a mistake to report, not an empty answer to print."""
+    validate_id("thread_id", thread_id)  # the same refusal on every backend, before any query
     if await store.last_seq(thread_id) == 0 and not await store.list_runs(thread_id):
         raise CliError(f"thread {thread_id!r} not found")
 

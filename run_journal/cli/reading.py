@@ -15,6 +15,7 @@ from run_journal.cli.common import (
     ranges,
     require_thread,
 )
+from run_journal.envelope import validate_id
 from run_journal.projections import find_gaps, status_of, summarize_usage
 from run_journal.stores.base import RunEventStore
 
@@ -63,6 +64,7 @@ async def cmd_runs(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
 
 
 async def cmd_show(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    validate_id("run_id", args.run)
     row = await store.get_run(args.run)
     thread_id = args.thread or (row.thread_id if row else None)
     if thread_id is None:
@@ -105,6 +107,7 @@ async def cmd_events(store: RunEventStore, args: argparse.Namespace, out: TextIO
 
 
 async def cmd_tail(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    validate_id("thread_id", args.thread)
     style = render.Style(out)
     after = args.after_seq
     if after is None:
