@@ -271,3 +271,10 @@ def test_the_lock_file_is_never_removed_so_processes_share_one_inode(tmp_path: P
             assert await put(store) == 1
 
     asyncio.run(scenario())
+
+
+async def test_a_run_row_cannot_move_to_another_thread(store: JsonlRunEventStore) -> None:
+    await store.put_run(RunRow(run_id="r", thread_id="t1"))
+    with pytest.raises(ValueError, match="belongs to thread 't1'"):
+        await store.put_run(RunRow(run_id="r", thread_id="t2"))
+    assert [row.thread_id for row in await store.list_runs()] == ["t1"]

@@ -188,3 +188,9 @@ def test_message_pages_equal_a_brute_force_model(
             assert [e.seq for e in page] == expected
 
     asyncio.run(check())
+
+
+async def test_a_run_row_cannot_move_to_another_thread(store: MemoryRunEventStore) -> None:
+    await store.put_run(RunRow(run_id="r", thread_id="t1"))
+    with pytest.raises(ValueError, match="belongs to thread 't1'"):
+        await store.put_run(RunRow(run_id="r", thread_id="t2"))

@@ -296,6 +296,8 @@ class MemoryRunEventStore(RunEventStore):
         row_json = dumps(row.to_dict())
         with self._lock:
             stored = self._runs.get(row.run_id)
+            if stored is not None and (owner := stored.row().thread_id) != row.thread_id:
+                raise ValueError(f"run {row.run_id!r} belongs to thread {owner!r}, not {row.thread_id!r}")
             if stored is not None and not may_replace(stored.row().status, row.status):
                 return stored.row()
             first_put_at = stored.first_put_at if stored else utc_now()
