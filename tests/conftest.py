@@ -23,7 +23,7 @@ POSTGRES_URL = os.environ.get(
 )
 REDIS_URL = os.environ.get("RUN_JOURNAL_REDIS_URL", "redis://127.0.0.1:6379/0")
 REQUIRE_SERVERS = os.environ.get("RUN_JOURNAL_REQUIRE_SERVERS") == "1"
-BACKENDS = ("memory", "jsonl", "sqlite", "postgres")
+BACKENDS = ("memory", "jsonl", "sqlite", "postgres", "redis")
 
 _session_tag = uuid.uuid4().hex[:8]
 _counter = itertools.count()
