@@ -31,7 +31,7 @@ class TestStoreConformance(RunEventStoreConformance):
         return lambda: open_store(store_url)
 
 
-@pytest.fixture(params=("jsonl", "sqlite", "postgres"))
+@pytest.fixture(params=("jsonl", "sqlite", "postgres", "redis"))
 def shared_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A fresh store URL of a backend that several processes can share."""
     return backend_url(request.param, request, tmp_path_factory)
