@@ -1,0 +1,166 @@
+"""The writer under failure, sync graphs without a loop, backpressure, and the recorders."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.graph import START, MessagesState, StateGraph
+
+from run_journal import JournalError, RetryPolicy, RunEventStore, RunJournal, open_store, status_of
+from run_journal.contract import validate_record
+from run_journal.envelope import RunEvent
+
+FAST = RetryPolicy(attempts=3, initial_delay=0.001, max_delay=0.002)
+
+
+class FlakyStore:
+    """A real store behind a proxy whose ``put_batch`` fails ``failures`` times (forever if None)."""
+
+    def __init__(self, inner: RunEventStore, failures: int | None) -> None:
+        self.inner, self.failures, self.calls = inner, failures, 0
+
+    async def put_batch(self, events: Iterable[Any]) -> list[RunEvent]:
+        self.calls += 1
+        if self.failures is None or self.calls <= self.failures:
+            batch = list(events)
+            if batch and self.calls % 2 == 0:  # half the failures happen after a partial write
+                await self.inner.put_batch(batch[:1])
+            raise ConnectionError("store unavailable")
+        return await self.inner.put_batch(events)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def one_node_graph(reply: str = "hello") -> Any:
+    model = GenericFakeChatModel(messages=iter([AIMessage(reply)]))
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_edge(START, "agent")
+    return graph.compile()
+
+
+async def stored(store: RunEventStore, journal: RunJournal) -> list[RunEvent]:
+    assert journal.thread_id is not None
+    events = await store.list_events(journal.thread_id, journal.run_id)
+    assert all(validate_record(event.to_dict()) == [] for event in events)
+    return events
+
+
+async def test_store_that_fails_twice_then_recovers(store: RunEventStore) -> None:
+    flaky = FlakyStore(store, failures=2)
+    journal = RunJournal(flaky, thread_id="t1", retry=FAST)  # type: ignore[arg-type]  # a duck-typed proxy
+    await one_node_graph().ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+    await journal.aclose()
+    events = await stored(store, journal)
+    assert [e.event_type for e in events] == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    assert [e.seq for e in events] == [1, 2, 3, 4]  # the partial write was not duplicated
+    assert journal.stats.retried == 2
+    assert journal.stats.written == 4
+    assert journal.stats.pending == 0
+    row = await store.get_run(journal.run_id)
+    assert row is not None
+    assert row.status == status_of(events) == "success"
+
+
+async def test_store_that_never_recovers(store: RunEventStore) -> None:
+    journal = RunJournal(FlakyStore(store, None), thread_id="t1", retry=FAST)  # type: ignore[arg-type]  # proxy
+    out = await one_node_graph("finished anyway").ainvoke({"messages": [HumanMessage("hi")]},
+                                                          {"callbacks": [journal]})
+    assert out["messages"][-1].content == "finished anyway"  # the graph itself completed
+    with pytest.raises(JournalError, match="could not write 4 event"):
+        await journal.flush()
+    assert journal.stats.failed_batches >= 1
+    assert [e.event_type for e in journal.unwritten_events()][-1] == "run.end"
+    with pytest.raises(JournalError):
+        await journal.aclose()
+
+
+def test_sync_invoke_without_a_loop(store_url: str) -> None:
+    if store_url == "memory://":
+        pytest.skip("a memory store opened from a URL by the journal is gone when it closes")
+    journal = RunJournal(store_url, thread_id="sync")
+    with journal:
+        one_node_graph().invoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+        assert threading.current_thread() is threading.main_thread()
+
+    async def read() -> list[str]:
+        async with open_store(store_url) as reopened:
+            row = await reopened.get_run(journal.run_id)
+            assert row is not None
+            assert row.status == "success"
+            return [e.event_type for e in await reopened.list_events("sync")]
+
+    assert asyncio.run(read()) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+
+
+async def test_backpressure_blocks_other_threads_but_loses_nothing(store: RunEventStore) -> None:
+    journal = RunJournal(store, thread_id="bp", max_pending=5, batch_size=3, flush_interval=0.001)
+    journal.on_chain_start({}, {"messages": []}, run_id=uuid.uuid4())
+
+    def produce() -> None:
+        for index in range(40):
+            journal.record("context:memory", content={"content_sha256": f"{index:064x}"})
+
+    await asyncio.get_running_loop().run_in_executor(None, produce)
+    await journal.aclose()
+    events = await stored(store, journal)
+    recorded = [e.content["content_sha256"] for e in events if e.event_type == "context:memory"]
+    assert recorded == [f"{index:064x}" for index in range(40)]
+    assert events[-1].event_type == "run.cancel"
+
+
+async def test_recorders(store: RunEventStore) -> None:
+    journal = RunJournal(store, thread_id="rec")
+    with pytest.raises(ValueError, match="middleware tag"):
+        journal.record_middleware("x" * 22, name="guard", hook="before_model", action="block", changes={})
+    journal.record_memory_context(content="remember: the user likes tea")  # held until run.start
+    assert journal.record_memory_context(content_sha256="0" * 64) is False  # once per run
+    root = uuid.uuid4()
+    journal.on_chain_start({}, {"messages": [HumanMessage("hi")]}, run_id=root)
+    journal.record_middleware("guardrail", name="guard", hook="before_model", action="redact",
+                              changes={"api_key": "sk-secret", "removed": 1})
+    chunks: list[Any] = [
+        {"type": "task_started", "task_id": "k1", "description": "research", "subagent": "researcher"},
+        {"type": "task_completed", "task_id": "k1", "result": "done", "model": "m-1",
+         "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}},
+        {"type": "task_completed", "task_id": "k1", "result": "again",
+         "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}},
+        {"type": "task_started", "task_id": "k2", "description": "never ends"},
+        {"type": "task_bogus", "task_id": "k3"},
+    ]
+    mapped = [journal.record_subagent_chunk(chunk) for chunk in chunks]
+    assert mapped == [True, True, True, True, False]
+    journal.on_chain_end({"messages": []}, run_id=root)
+    await journal.aclose()
+    events = await stored(store, journal)
+    names = [e.event_type for e in events]
+    assert names == [
+        "run.start", "context:memory", "llm.human.input", "middleware:guardrail", "subagent.start",
+        "subagent.end", "subagent.end", "subagent.start", "subagent.end", "run.end",
+    ]
+    memory = events[1].content
+    assert "tea" not in str(memory)
+    assert len(memory["content_sha256"]) == 64
+    assert events[3].content["changes"] == {"api_key": "[redacted]", "removed": 1}
+    closed = events[8].content
+    assert closed["task_id"] == "k2"
+    assert closed["status"] == "cancelled"
+    assert closed["closed_by_journal"] is True
+    row = await store.get_run(journal.run_id)
+    assert row is not None
+    assert row.usage_by_caller["subagent:researcher"].total_tokens == 15  # counted once per task
+    assert row.usage_by_model["m-1"].llm_calls == 1
+    with pytest.raises(JournalError):
+        journal.record("context:memory", content={"content_sha256": "0" * 64})
