@@ -74,7 +74,8 @@ class RunEventStore(abc.ABC):
 
     Ordering guarantee: ``seq`` is assigned inside the step that persists the event, starts at 1 per
     thread and is dense under concurrent writers. ``event_id`` is unique per thread (a retry always
-    targets the thread it first went to), which makes every write safe to retry. Reads return fresh objects; nothing a caller does to them reaches the store.
+    targets the thread it first went to), which makes every write safe to retry. Reads return fresh
+    objects; nothing a caller does to them reaches the store.
     """
 
     follow_poll_interval: float = 0.2
