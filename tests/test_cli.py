@@ -315,3 +315,35 @@ def test_a_closed_pipe_is_not_a_traceback(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=120, check=False)
     assert json.loads(result.stdout)["seq"] == 1
     assert result.stderr == ""
+
+
+def test_show_and_verify_a_journaled_langgraph_run(tmp_path: Path) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from run_journal import RunJournal
+    from tests.test_projections import tool_loop_graph
+
+    url = f"sqlite:///{tmp_path}/journal.db"
+    call = {"name": "add", "args": {"a": 1, "b": 2}, "id": "c1", "type": "tool_call"}
+
+    async def journaled() -> str:
+        async with open_store(url) as store:
+            journal = RunJournal(store)
+            graph = tool_loop_graph([AIMessage("adding", tool_calls=[call]), AIMessage("it is 3")])
+            await graph.ainvoke({"messages": [HumanMessage("what is 1+2?")]},
+                                {"configurable": {"thread_id": "lg"}, "callbacks": [journal]})
+            await journal.aclose()
+            return journal.run_id
+
+    run_id = asyncio.run(journaled())
+    shown = cli(url, "show", run_id)
+    assert shown.returncode == 0, shown.stderr
+    timeline = [line.split()[2] for line in shown.stdout.splitlines()[1:] if line[:2].isdigit()]
+    assert timeline == ["run.start", "llm.human.input", "llm.ai.response", "tool.call", "llm.tool.result",
+                        "tool.outcome", "llm.ai.response", "run.end"]
+    assert "add success, 1 bytes" in shown.stdout
+    assert "status success" in shown.stdout
+    assert "model calls 2" in shown.stdout
+    verified = cli(url, "verify")
+    assert verified.returncode == 0, verified.stdout
+    assert verified.stdout.strip().endswith("verified 8 events in 1 thread(s), 1 run(s): OK")

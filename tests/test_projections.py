@@ -380,3 +380,79 @@ async def test_usage_summary_adds_rows_per_run_model_and_caller(store: RunEventS
     everything = await usage_summary(store)
     assert everything.by_model["m1"].total_tokens == 30
     assert len(everything.runs) == 3
+
+
+# -- real journaled LangGraph runs -----------------------------------------------------------------
+def tool_loop_graph(replies: list[Any]) -> Any:
+    """agent -> (tools -> agent)* with an offline fake chat model and a checkpointer (one thread)."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    model = GenericFakeChatModel(messages=iter(replies))
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([add]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=InMemorySaver())
+
+
+async def test_projections_over_journaled_langgraph_runs(store: RunEventStore) -> None:
+    import uuid
+
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from run_journal import RunJournal
+
+    call = {"name": "add", "args": {"a": 1, "b": 2}, "id": "c1", "type": "tool_call"}
+    graph = tool_loop_graph([AIMessage("adding", tool_calls=[call]), AIMessage("the answer is 3"),
+                             AIMessage("first try"), AIMessage("second try")])
+    config: dict[str, Any] = {"configurable": {"thread_id": "t1"}}
+    journals = []
+    for text in ("what is 1+2?", "say hi", "say hi"):
+        journal = RunJournal(store)
+        journal.record_memory_context(content="likes cats")
+        await graph.ainvoke({"messages": [HumanMessage(text)]}, {**config, "callbacks": [journal]})
+        await journal.aclose()
+        journals.append(journal)
+    first, superseded, regenerated = journals
+
+    page = await thread_history(store, "t1", hidden_run_ids={superseded.run_id})
+    assert [(e.content["type"], e.content["content"]) for e in page.data] == [
+        ("human", "what is 1+2?"), ("ai", "adding"), ("tool", "3"), ("ai", "the answer is 3"),
+        ("human", "say hi"), ("ai", "second try")]
+    assert {e.run_id for e in page.data} == {first.run_id, regenerated.run_id}
+    older = await thread_history(store, "t1", limit=2, hidden_run_ids={superseded.run_id})
+    assert texts(older.data) == ["say hi", "second try"]
+    assert older.has_more
+
+    all_events = await store.list_events("t1", limit=1000)
+    assert find_gaps(all_events) == []
+    for journal in journals:
+        assert status_of(await store.list_events("t1", journal.run_id)) == RunStatus.SUCCESS
+        audit = await memory_audit(store, "t1", journal.run_id, hashlib.sha256(b"likes cats").hexdigest())
+        assert (audit.present, audit.matches) == (True, True)
+
+    # a worker that started a run and died: its row says running and nothing ends it
+    dead = RunJournal(store, thread_id="t1")
+    dead.on_chain_start({}, {"messages": []}, run_id=uuid.uuid4())
+    await dead.flush()
+    assert status_of(await store.list_events("t1", dead.run_id)) == RunStatus.RUNNING
+    later = datetime.now(UTC) + timedelta(hours=2)
+    closed = await reconcile_orphans(store, older_than=timedelta(hours=1), now=later)
+    assert [item.row.run_id for item in closed] == [dead.run_id]
+    assert status_of(await store.list_events("t1", dead.run_id)) == RunStatus.CANCELLED
+    assert await reconcile_orphans(store, older_than=timedelta(hours=1), now=later) == []
