@@ -61,6 +61,9 @@ def is_resume(inputs: Any) -> bool:
 def input_preview(inputs: Any) -> str:
     if isinstance(inputs, Command):
         return capped(f"Command(resume={inputs.resume!r})", INPUT_PREVIEW_LIMIT)[0]
+    messages = inputs.get("messages") if isinstance(inputs, Mapping) else None
+    if isinstance(messages, list) and messages and isinstance(messages[-1], BaseMessage):
+        return capped(message_text(messages[-1]), INPUT_PREVIEW_LIMIT)[0]  # cheap: no full dump
     try:
         return capped(dumps(normalize(inputs)), INPUT_PREVIEW_LIMIT)[0]
     except Exception:  # noqa: BLE001 - a preview is best effort
@@ -103,7 +106,14 @@ def message_text(message: BaseMessage) -> str:
 
 
 def message_payload(message: BaseMessage, redact: Redactor) -> JsonValue:
-    """The message's normalized dump with every tool call's arguments redacted."""
+    """The message's normalized dump with every tool call's arguments redacted.
+
+    A message without tool calls is returned as is: ``NewEvent`` normalizes it once, and a second
+    normalization here would double the hot path's largest cost.
+    """
+    if not getattr(message, "tool_calls", None) and not getattr(message, "invalid_tool_calls", None) \
+            and "tool_calls" not in (message.additional_kwargs or {}):
+        return message  # type: ignore[return-value]  # NewEvent normalizes it
     data = normalize(message)
     if not isinstance(data, dict):
         return data
@@ -207,7 +217,7 @@ def interrupt_payload(interrupts: Iterable[Any]) -> list[JsonValue]:
 
 def produced_messages(
     output: Any, baseline: set[str] | None
-) -> tuple[JsonValue, bool, list[str] | None]:
+) -> tuple[Any, bool, list[str] | None]:
     """What a root run produced: new messages only (never the thread's whole history), bounded.
 
     ``baseline`` holds the ids of the messages the thread had before this run; without it only the
@@ -223,7 +233,7 @@ def produced_messages(
                 new = messages
             truncated = len(new) > OUTPUT_MESSAGES_LIMIT or (baseline is None and len(new) > 1)
             keep = new[-OUTPUT_MESSAGES_LIMIT:] if baseline is not None else new[-1:]
-            return {"messages": normalize(keep)}, truncated, keys
+            return {"messages": keep}, truncated, keys  # NewEvent normalizes once
         return normalize({key: value for key, value in output.items() if key != "__interrupt__"}), False, keys
     if isinstance(output, BaseMessage):
         return normalize(output), False, None
