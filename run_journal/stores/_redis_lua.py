@@ -135,23 +135,23 @@ return out
 
 PAGE: Final = """
 -- KEYS: a sorted set of seqs, the thread's record hash. ARGV: min, max, count, '1' for descending.
--- Returns seq, record-or-false pairs in range order: one round trip per index page.
+-- Returns one JSON text [seq, record, seq, record, ...] in range order (null for a record that is
+-- gone): one round trip per index page, and the client parses the whole page with one decode.
 local seqs
 if ARGV[4] == '1' then
   seqs = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[2], ARGV[1], 'LIMIT', 0, ARGV[3])
 else
   seqs = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[2], 'LIMIT', 0, ARGV[3])
 end
-local out = {}
+local parts = {}
 for i = 1, #seqs, 1000 do
   local upto = math.min(i + 999, #seqs)
   local records = redis.call('HMGET', KEYS[2], unpack(seqs, i, upto))
   for j = i, upto do
-    out[#out + 1] = seqs[j]
-    out[#out + 1] = records[j - i + 1]
+    parts[#parts + 1] = seqs[j] .. ',' .. (records[j - i + 1] or 'null')
   end
 end
-return out
+return '[' .. table.concat(parts, ',') .. ']'
 """
 
 DELETE_THREAD: Final = _FIXED_KEYS + """

@@ -46,8 +46,9 @@ def encode(event: NewEvent) -> str:
     return f'{head[:-1]},"metadata":{event.metadata_json},"content":{event.content_json}}}'
 
 
-def decode(thread_id: str, seq: int, raw: bytes | str) -> RunEvent:
-    data = json.loads(raw)
+def decode(thread_id: str, seq: int, raw: bytes | str | dict[str, Any]) -> RunEvent:
+    """A stored record (its text, or the object a page reply already parsed) as a ``RunEvent``."""
+    data = json.loads(raw) if not isinstance(raw, dict) else raw
     return RunEvent(
         thread_id=thread_id,
         run_id=data["run_id"],
@@ -99,14 +100,14 @@ async def read_page(
             for key in index_keys:
                 args: list[str | int] = [low, high, chunk, "1" if descending else "0"]
                 await page_script(keys=[key, records_key], args=args, client=pipe)
-            replies: list[list[Any]] = await pipe.execute()
-        rows: dict[int, bytes | str | None] = {}
+            replies: list[bytes | str] = await pipe.execute()
+        rows: dict[int, dict[str, Any] | None] = {}
         bound: int | None = None
         for reply in replies:
-            for i in range(0, len(reply), 2):
-                rows[int(reply[i])] = reply[i + 1]
-            if len(reply) == 2 * chunk:  # this index has more: only seqs up to its last are certain
-                edge = int(reply[-2])
+            flat = json.loads(reply)
+            rows.update(zip(flat[::2], flat[1::2], strict=True))
+            if len(flat) == 2 * chunk:  # this index has more: only seqs up to its last are certain
+                edge = flat[-2]
                 bound = edge if bound is None else (max if descending else min)(bound, edge)
         seqs = sorted(rows, reverse=descending)
         if bound is not None:
