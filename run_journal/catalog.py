@@ -7,6 +7,7 @@ identical. Names are frozen: renaming an event or moving it to another category 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -133,6 +134,14 @@ def validate_event_type(event_type: str, category: str) -> None:
     Unknown event types are allowed (additions are additive), but they must respect the limits and
     use one of the eight categories; known ones must use the category the catalog gives them.
     """
+    if type(event_type) is str and type(category) is str:
+        _validate_event_type(event_type, category)  # cached: producers repeat a few names
+    else:
+        _validate_event_type.__wrapped__(event_type, category)
+
+
+@functools.lru_cache(maxsize=1024)
+def _validate_event_type(event_type: str, category: str) -> None:
     if not isinstance(event_type, str) or not _EVENT_TYPE_PATTERN.fullmatch(event_type):
         raise ValueError(
             f"event_type {event_type!r} is invalid: 1-{EVENT_TYPE_MAX_LENGTH} characters of "

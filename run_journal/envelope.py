@@ -48,6 +48,7 @@ METADATA_LIMIT: Final = 1024 * 1024
 
 _SURROGATES: Final = re.compile("[\ud800-\udfff]")
 _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
+_BAD_ID_CHARACTER: Final = re.compile("[\x00-\x1f\x7f-\x9f/\\\\\ud800-\udfff]")
 """C0, DEL and C1 controls (category Cc): C1 bytes such as U+009B act as terminal escapes."""
 _CYCLE: Final = "<cycle>"
 _TOO_DEEP: Final = "<max depth>"
@@ -68,17 +69,33 @@ def normalize(value: Any) -> JsonValue:
 
 
 def _normalize(value: Any, depth: int, active: set[int]) -> JsonValue:
-    if value is None or value is True or value is False:
-        return value
     kind = type(value)
     if kind is str:
         return value if value.isascii() else _clean_text(value)
+    if value is None or kind is bool:
+        return value  # type: ignore[no-any-return]  # exactly None, True or False
     if kind is int:
         return value if INT_RANGE[0] <= value <= INT_RANGE[1] else str(value)
     if kind is float:
         return value if math.isfinite(value) else _non_finite(value)
     if depth >= MAX_DEPTH:
         return _TOO_DEEP
+    if kind is dict or kind is list or kind is tuple:  # exact types: skips the ABC checks below
+        marker = id(value)
+        if marker in active:
+            return _CYCLE
+        active.add(marker)
+        depth += 1
+        try:
+            if kind is dict:
+                return {
+                    key if type(key) is str and key.isascii() else _key(key):
+                        _normalize(item, depth, active)
+                    for key, item in value.items()
+                }
+            return [_normalize(item, depth, active) for item in value]
+        finally:
+            active.discard(marker)
     if isinstance(value, Mapping | list | tuple | set | frozenset | BaseModel) or (
         dataclasses.is_dataclass(value) and not isinstance(value, type)
     ):
@@ -163,9 +180,12 @@ def _non_finite(value: float) -> str:
     return "Infinity" if value > 0 else "-Infinity"
 
 
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def dumps(value: JsonValue) -> str:
     """The canonical JSON text of an already normalized value (compact, UTF-8, no NaN)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _ENCODER.encode(value)
 
 
 def loads(text: str) -> Any:
@@ -175,6 +195,9 @@ def loads(text: str) -> Any:
 
 def validate_id(name: str, value: object) -> str:
     """Ids name files, keys and rows: 1-255 characters, no control characters, no path syntax."""
+    if type(value) is str and 0 < len(value) <= ID_MAX_LENGTH and not _BAD_ID_CHARACTER.search(value) \
+            and value not in {".", ".."}:
+        return value  # the common case, one regex search; the checks below say what is wrong
     if not isinstance(value, str) or not value:
         raise ValueError(f"{name} must be a non-empty string, got {value!r}")
     if len(value) > ID_MAX_LENGTH:
@@ -196,6 +219,8 @@ def as_utc(moment: datetime) -> datetime:
     """Timestamps must be timezone-aware; they are stored in UTC so text order is time order."""
     if not isinstance(moment, datetime):
         raise ValueError(f"created_at must be a datetime, got {type(moment).__name__}")
+    if moment.tzinfo is UTC:
+        return moment
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError("created_at must be timezone-aware (naive datetimes are ambiguous)")
     return moment.astimezone(UTC)
@@ -247,7 +272,7 @@ class NewEvent:
             raise ValueError(f"metadata must be a mapping, got {type(self.metadata).__name__}")
         content = normalize(self.content)
         content_json = dumps(content)
-        limit = CONTENT_LIMITS[Category(self.category)]
+        limit = CONTENT_LIMITS[self.category]  # type: ignore[index]  # a validated category name
         if len(content_json) > limit // 4 and len(content_json.encode("utf-8")) > limit:
             content, content_json, metadata = _cap(content, content_json, metadata, limit)
         metadata_json = dumps(metadata)
