@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, Final, TextIO
 
@@ -50,7 +51,12 @@ async def iter_events(
 
 
 async def all_threads(store: RunEventStore) -> list[str]:
-    return await store.list_threads(limit=MAX_PAGE)
+    """Every thread id; the contract pages threads only up to ``MAX_PAGE``, so say when we hit it."""
+    threads = await store.list_threads(limit=MAX_PAGE)
+    if len(threads) >= MAX_PAGE:
+        print(f"run-journal: warning: only the first {MAX_PAGE} threads are included; name threads "
+              "explicitly to cover the rest", file=sys.stderr)
+    return threads
 
 
 async def require_thread(store: RunEventStore, thread_id: str) -> None:
