@@ -96,3 +96,31 @@ async def test_a_killed_writer_leaves_a_readable_dense_store(shared_url: str) ->
         assert {batch: n for batch, n in batches.items() if n != sizes[batch]} == {}
         after = await store.put(thread_id="killed", run_id="next", event_type="tool.call", category="trace")
         assert after.seq == len(events) + 1
+
+
+async def test_processes_set_up_a_fresh_store_at_once(shared_url: str) -> None:
+    """``setup()`` is safe when several processes run it at the same time on an empty store."""
+    async with asyncio.timeout(GUARD):
+        workers = [await spawn(shared_url, "fresh", w, 20) for w in range(4)]
+        outputs = await asyncio.gather(*(worker.communicate() for worker in workers))
+    for worker, (_, stderr) in zip(workers, outputs, strict=True):
+        assert worker.returncode == 0, stderr.decode()
+    async with open_store(shared_url) as store:
+        events = await read_all(store, "fresh")
+    assert_dense(events)
+    assert len(events) == 80
+
+
+async def test_follow_sees_writes_of_another_process(shared_url: str) -> None:
+    async with open_store(shared_url) as store:
+        store.follow_poll_interval = 0.01
+        seqs: list[int] = []
+        async with asyncio.timeout(GUARD):
+            writer = await spawn(shared_url, "tail", 0, 100)
+            async for event in store.follow("tail"):
+                seqs.append(event.seq)
+                if len(seqs) == 100:
+                    break
+            _, stderr = await writer.communicate()
+        assert writer.returncode == 0, stderr.decode()
+        assert seqs == list(range(1, 101))
