@@ -68,6 +68,24 @@ def fresh_copy(event: RunEvent) -> RunEvent:
     return RunEvent.from_dict(json.loads(json.dumps(event.to_dict())))
 
 
+ScriptCall = tuple[AsyncScript, list[str], list[str | int]]
+
+
+async def run_scripts(client: Redis, calls: Sequence[ScriptCall]) -> list[Any]:
+    """Run script calls (script, keys, args) in one round trip.
+
+    One call goes straight to EVALSHA; several share a pipeline, which costs redis-py one more
+    round trip (SCRIPT EXISTS) per execute, so the common single-thread write never pays it.
+    """
+    if len(calls) == 1:
+        script, keys, args = calls[0]
+        return [await script(keys=keys, args=args)]
+    async with client.pipeline(transaction=False) as pipe:
+        for script, keys, args in calls:
+            await script(keys=keys, args=args, client=pipe)
+        return list(await pipe.execute())
+
+
 async def read_page(
     client: Redis,
     page_script: AsyncScript,
@@ -96,11 +114,8 @@ async def read_page(
     found: list[RunEvent] = []
     chunk = limit
     while True:
-        async with client.pipeline(transaction=False) as pipe:
-            for key in index_keys:
-                args: list[str | int] = [low, high, chunk, "1" if descending else "0"]
-                await page_script(keys=[key, records_key], args=args, client=pipe)
-            replies: list[bytes | str] = await pipe.execute()
+        args: list[str | int] = [low, high, chunk, "1" if descending else "0"]
+        replies = await run_scripts(client, [(page_script, [key, records_key], args) for key in index_keys])
         rows: dict[int, dict[str, Any] | None] = {}
         bound: int | None = None
         for reply in replies:

@@ -24,7 +24,17 @@ import redis.asyncio as aioredis
 from run_journal.envelope import NewEvent, RunEvent, validate_id
 from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores import _redis_lua as lua
-from run_journal.stores._redis_records import Keep, decode, encode, fresh_copy, read_page, task_key, text
+from run_journal.stores._redis_records import (
+    Keep,
+    ScriptCall,
+    decode,
+    encode,
+    fresh_copy,
+    read_page,
+    run_scripts,
+    task_key,
+    text,
+)
 from run_journal.stores.base import (
     CONTRACT_MAJOR,
     CONTRACT_VERSION,
@@ -153,7 +163,7 @@ class RedisRunEventStore(RunEventStore):
         return result
 
     async def _write(self, batch: Sequence[NewEvent], mode: str) -> list[tuple[RunEvent, bool]]:
-        """One script call per thread, all in one pipeline round trip; results in input order.
+        """One script call per thread, all in one round trip; results in input order.
 
         Each result says whether this call wrote the event (False: it was stored before, or it
         repeats an earlier event_id of the batch, or ``mode="once"`` found the run's singleton).
@@ -163,20 +173,20 @@ class RedisRunEventStore(RunEventStore):
         for position, event in enumerate(batch):
             by_thread.setdefault(event.thread_id, []).append(position)
         ttl = self._retention.ttl_seconds or 0
-        async with self._client.pipeline(transaction=False) as pipe:
-            for thread_id, positions in by_thread.items():
-                args: list[str | int] = [self._prefix, thread_id, mode, ttl]
-                for position in positions:
-                    event = batch[position]
-                    task_id = metadata_task_id(event.metadata)
-                    args += [
-                        event.event_id, event.run_id, event.event_type,
-                        "1" if event.category == "message" else "0",
-                        task_key(task_id) if task_id is not None else "",
-                        event.user_id or "", encode(event),
-                    ]
-                await self._append_script(args=args, client=pipe)
-            replies = await pipe.execute()
+        calls: list[ScriptCall] = []
+        for thread_id, positions in by_thread.items():
+            args: list[str | int] = [self._prefix, thread_id, mode, ttl]
+            for position in positions:
+                event = batch[position]
+                task_id = metadata_task_id(event.metadata)
+                args += [
+                    event.event_id, event.run_id, event.event_type,
+                    "1" if event.category == "message" else "0",
+                    task_key(task_id) if task_id is not None else "",
+                    event.user_id or "", encode(event),
+                ]
+            calls.append((self._append_script, [], args))
+        replies = await run_scripts(self._client, calls)
         results: list[tuple[RunEvent, bool]] = [None] * len(batch)  # type: ignore[list-item]  # filled below
         for (thread_id, positions), reply in zip(by_thread.items(), replies, strict=True):
             written: dict[int, RunEvent] = {}
