@@ -1,0 +1,117 @@
+"""Every example runs as a newcomer would run it (a subprocess in an empty directory) and prints
+what it claims to show."""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_example(name: str, cwd: Path, *args: str, timeout: float = 180) -> str:
+    env = {key: value for key, value in os.environ.items() if key != "RUN_JOURNAL_MODEL"}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args], cwd=cwd, env=env, capture_output=True,
+        text=True, timeout=timeout, check=False,
+    )
+    assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def timeline(output: str) -> list[tuple[int, str, str]]:
+    return [(int(m[1]), m[2], m[3]) for m in re.finditer(r"^\s+(\d+)  (\S+)\s+(\S+)\s", output, re.M)]
+
+
+def test_quickstart_journals_into_journal_db_in_the_current_directory(tmp_path: Path) -> None:
+    out = run_example("quickstart.py", tmp_path)
+    assert out.splitlines()[0] == "success 133"
+    assert timeline(out) == [
+        (1, "run.start", "lead_agent"), (2, "llm.human.input", "lead_agent"),
+        (3, "llm.ai.response", "lead_agent"), (4, "tool.call", "lead_agent"),
+        (5, "llm.tool.result", "lead_agent"), (6, "tool.outcome", "lead_agent"),
+        (7, "llm.ai.response", "lead_agent"), (8, "run.end", "lead_agent"),
+    ]
+    assert 'get_weather({"city":"Paris"})' in out
+    assert "get_weather success, 30 bytes" in out
+    assert "status success: 2 model calls, 110 input + 23 output = 133 tokens, 1 tool call(s)" in out
+    with sqlite3.connect(tmp_path / "journal.db") as db:
+        assert db.execute("select count(*) from run_journal_events").fetchone() == (8,)
+    again = run_example("quickstart.py", tmp_path)  # a second turn on the same thread continues seq
+    assert [seq for seq, _, _ in timeline(again)] == list(range(9, 17))
+
+
+def test_tool_agent_prices_the_run(tmp_path: Path) -> None:
+    out = run_example("tool_agent.py", tmp_path)
+    assert "answer: Order A-1001 shipped on 2024-05-02 and arrives Friday; it is still refundable." in out
+    assert "tool calls 2 (0 failed), messages 5" in out
+    assert "tokens: 2550 input + 100 output = 2650 in 2 model calls" in out
+    # 2550 input tokens at $2.50/M + 100 output tokens at $10/M
+    assert "cost: $0.007375" in out
+    assert "by model fake-gpt: 2650 tokens $0.007375" in out
+    assert re.search(r"seq \d+: lookup_order -> success", out)
+    assert re.search(r"seq \d+: refund_policy -> success", out)
+
+
+def test_interrupt_then_resume_names_the_interrupted_run(tmp_path: Path) -> None:
+    out = run_example("interrupt_resume.py", tmp_path)
+    runs = re.findall(r"^run (\w+): status (\w+), resumed_from (\w+)$", out, re.M)
+    assert [status for _, status, _ in runs] == ["interrupted", "success"]
+    (first, _, origin), (_, _, resumed) = runs
+    assert origin == "None"
+    assert resumed == first
+    assert "value={'question': 'Approve a $40 refund?'}" in out
+    assert re.findall(r"seq\s+(\d+) \w+ (\S+)", out) == [
+        ("1", "run.start"), ("2", "llm.human.input"), ("3", "run.interrupt"),
+        ("4", "run.start"), ("5", "llm.ai.response"), ("6", "run.end"),
+    ]
+    assert out.rstrip().endswith("second run resumes the first: True")
+
+
+def test_subagent_steps_read_back_by_task_id_in_pages(tmp_path: Path) -> None:
+    out = run_example("subagent_stream.py", tmp_path)
+    steps = re.findall(r"page (\d): seq (\d+) #(\d) (\w+): (.*)", out)
+    assert [(page, index, kind) for page, _, index, kind, _ in steps] == [
+        ("1", "0", "ai"), ("1", "1", "tool"), ("2", "2", "ai")]
+    assert steps[1][4].startswith("3 papers on event logs")
+    assert [int(seq) for _, seq, _, _, _ in steps] == sorted(int(seq) for _, seq, _, _, _ in steps)
+    assert re.search(r"subagent\.start\s+subagent:researcher\s+task_id=task-1", out)
+    assert re.search(r"subagent\.end\s+subagent:researcher\s+task_id=task-1", out)
+    assert "usage lead_agent: 2 call(s), 104 tokens" in out
+    assert "usage subagent:researcher: 2 call(s), 122 tokens" in out
+
+
+def test_workspace_changes_are_reviewed(tmp_path: Path) -> None:
+    out = run_example("workspace_changes.py", tmp_path)
+    assert "4 file(s) changed +4 -2" in out
+    files = re.findall(r"^  (created|modified|deleted)\s+(\S+)\s+\+(\d+) -(\d+)(.*)$", out, re.M)
+    assert files == [("created", ".env", "0", "0", " (sensitive)"), ("created", "README.md", "3", "0", ""),
+                     ("modified", "app.py", "1", "1", ""), ("deleted", "notes.txt", "0", "1", "")]
+    assert "-print('hello')\n+print('hello, world')" in out
+    assert "not-a-real-key" not in out
+    assert (tmp_path / "workspace" / "app.py").read_text() == "print('hello, world')\n"
+
+
+@pytest.mark.postgres
+def test_postgres_workers_share_one_dense_thread(tmp_path: Path, postgres_database_url: str) -> None:
+    out = run_example("postgres_workers.py", tmp_path, f"{postgres_database_url}?schema=examples_workers")
+    assert "skipped" not in out
+    assert re.search(r"48 events from 6 runs by 2 workers", out)
+    assert "seq runs from 1 to 48; gaps: none; duplicates: 0" in out
+    followed = [int(seq) for seq in re.findall(r"^follower: seq\s+(\d+)", out, re.M)]
+    assert followed == list(range(1, 49))
+    writers = re.search(r"writer of each seq \(1 = w1, 2 = w2\): ([12]+)", out)
+    assert writers is not None
+    assert sorted(writers[1]) == ["1"] * 24 + ["2"] * 24
+    assert "statuses: ['success']" in out
+
+
+def test_postgres_workers_skips_without_a_server(tmp_path: Path) -> None:
+    out = run_example("postgres_workers.py", tmp_path, "postgresql://postgres@127.0.0.1:9/none")
+    assert out.startswith("skipped: no PostgreSQL server reachable at postgresql://postgres@127.0.0.1:9/none")
