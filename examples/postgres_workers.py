@@ -88,7 +88,7 @@ async def reachable(url: str) -> str | None:
         async with asyncio.timeout(10):
             async with open_store(url) as store:
                 await store.last_seq("ping")
-    except Exception as error:  # any failure to connect means: skip with the reason
+    except Exception as error:  # noqa: BLE001 - any failure to connect means: skip with the reason
         return f"{type(error).__name__}: {error}"
     return None
 

@@ -65,10 +65,15 @@ def build_graph() -> Any:
     return builder.compile()
 
 
-async def main() -> None:
+def prepare_workspace() -> None:
+    """The files the agent finds when it starts."""
     WORKSPACE.mkdir(exist_ok=True)
     (WORKSPACE / "app.py").write_text("print('hello')\n", encoding="utf-8")
     (WORKSPACE / "notes.txt").write_text("remember to write the README\n", encoding="utf-8")
+
+
+async def main() -> None:
+    await asyncio.to_thread(prepare_workspace)
 
     async with open_store("sqlite:///journal.db") as store:
         async with RunJournal(store, thread_id="workspace-1") as journal:
