@@ -16,84 +16,33 @@ with a lookup, which returns the stored records and writes only the new events.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import datetime
+from contextlib import AbstractAsyncContextManager, nullcontext
+from pathlib import Path
 from typing import Any, Final
 
-from sqlalchemy import Connection, Row, Select, and_, event, func, or_, select, update
+from sqlalchemy import Select, and_, event, func, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.schema import CreateSchema
 
 from run_journal.envelope import NewEvent, RunEvent, dumps, loads
 from run_journal.runs import TERMINAL_STATUSES, RunRow
+from run_journal.stores import sql_raw as raw
 from run_journal.stores import sql_schema as schema
 from run_journal.stores.base import (
-    CONTRACT_MAJOR,
-    CONTRACT_VERSION,
-    IncompatibleStoreError,
     RunEventStore,
     StoreClosedError,
     check_cursor,
     check_limit,
     expand_event_types,
-    metadata_task_id,
 )
 from run_journal.stores.sql_pg import PgListener
 
 EVENTS = schema.events
-COLUMNS: Final = tuple(
-    EVENTS.c[name]
-    for name in (
-        "thread_id", "run_id", "seq", "event_type", "category", "content", "metadata",
-        "created_at", "event_id", "user_id",
-    )
-)
-_WRITE: Final = "run_journal_write"
-_BUSY_MS: Final = "run_journal_busy_ms"
-_READY: Final = "run_journal_ready"
-
-
-def _sqlite_begin(connection: Connection) -> None:
-    """The documented aiosqlite recipe: the driver's own BEGIN is off, SQLAlchemy emits ours.
-
-    Writes get ``BEGIN IMMEDIATE`` (take the write lock before reading the counter, so two writers
-    can never read the same ``last_seq``); reads run without a transaction (one statement each).
-    Pragmas are set once per pooled connection, before its first transaction.
-    """
-    options = connection.get_execution_options()
-    info = connection.connection.info
-    if not info.get(_READY):
-        raw: Any = connection.connection.dbapi_connection
-        raw.isolation_level = None
-        cursor = raw.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {int(options.get(_BUSY_MS, 30_000))}")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.close()
-        info[_READY] = True
-    if options.get(_WRITE):
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-
-def _event_of(row: Any) -> RunEvent:
-    """A fresh record from a row of ``COLUMNS`` (every call decodes its own payload copies)."""
-    return RunEvent(
-        thread_id=row[0], run_id=row[1], seq=row[2], event_type=row[3], category=row[4],
-        content=loads(row[5]), metadata=loads(row[6]), created_at=datetime.fromisoformat(row[7]),
-        event_id=row[8], user_id=row[9],
-    )
-
-
-def _row_of(event: NewEvent, seq: int) -> dict[str, Any]:
-    return {
-        "thread_id": event.thread_id, "seq": seq, "run_id": event.run_id,
-        "event_type": event.event_type, "category": event.category,
-        "content": event.content_json, "metadata": event.metadata_json,
-        "task_id": metadata_task_id(event.metadata), "created_at": schema.stamp(event.created_at),
-        "event_id": event.event_id, "user_id": event.user_id,
-    }
+COLUMNS: Final = tuple(EVENTS.c[name.strip()] for name in raw.EVENT_COLUMNS.split(","))
+_DUPLICATE: Final = (IntegrityError, sqlite3.IntegrityError)
 
 
 class SqlRunEventStore(RunEventStore):
@@ -130,19 +79,24 @@ class SqlRunEventStore(RunEventStore):
         self.schema_name = schema.check_schema_name(schema_name) if schema_name else None
         self._owns_engine = _owns_engine
         self._engine = engine
-        options: dict[str, Any] = {_BUSY_MS: int(busy_timeout * 1000)}
+        self._busy_ms = int(busy_timeout * 1000)
+        options: dict[str, Any] = {raw.BUSY_MS: self._busy_ms}
         if self.schema_name:
             options["schema_translate_map"] = {None: self.schema_name}
         self._reader = engine.execution_options(**options)
-        self._writer = engine.execution_options(**options, **{_WRITE: True})
-        if dialect == "sqlite" and not event.contains(engine.sync_engine, "begin", _sqlite_begin):
-            event.listen(engine.sync_engine, "begin", _sqlite_begin)
+        self._writer = engine.execution_options(**options, **{raw.WRITE: True})
+        if dialect == "sqlite" and not event.contains(engine.sync_engine, "begin", raw.sqlite_begin):
+            event.listen(engine.sync_engine, "begin", raw.sqlite_begin)
+        prefix = f'"{self.schema_name}".' if self.schema_name else ""
+        self._events_sql = f"{prefix}{EVENTS.name}"
+        self._bump_sql = raw.bump_sql(f"{prefix}{schema.threads.name}")
+        self._insert_sql = raw.insert_sql(self._events_sql)
         if follow_poll_interval is not None:
             self.follow_poll_interval = follow_poll_interval
         # SQLite has one writer at a time anyway: queueing in-process writers here is cheaper than
         # letting them spin in SQLite's busy handler.
         self._local_write_lock = asyncio.Lock() if dialect == "sqlite" else None
-        self._insert = (sqlite.insert if dialect == "sqlite" else postgresql.insert)
+        self._insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
         self._setup_done = False
         self._channel = schema.channel_name(self.schema_name)
         use_listen = dialect == "postgresql" and listen
@@ -181,55 +135,12 @@ class SqlRunEventStore(RunEventStore):
         this library knows, is refused with ``IncompatibleStoreError`` naming both versions.
         """
         self._check_open()
-        if self.dialect == "sqlite":
-            database = self._engine.url.database
-            if database:
-                from pathlib import Path
-
-                await asyncio.to_thread(Path(database).parent.mkdir, parents=True, exist_ok=True)
+        database = self._engine.url.database
+        if self.dialect == "sqlite" and database:
+            await asyncio.to_thread(Path(database).parent.mkdir, parents=True, exist_ok=True)
         async with self._writer.begin() as conn:
-            if self.dialect == "postgresql":
-                key = schema.lock_key("setup", self.schema_name or "")
-                await conn.execute(select(func.pg_advisory_xact_lock(key)))
-                if self.schema_name:
-                    await conn.execute(CreateSchema(self.schema_name, if_not_exists=True))
-            await conn.run_sync(schema.meta.create, checkfirst=True)
-            found = await conn.execute(select(schema.meta.c.key, schema.meta.c.value))
-            recorded: dict[str, str] = dict(found.tuples().all())
-            version = self._check_compatible(recorded)
-            for migration in schema.MIGRATIONS[version:]:
-                await conn.run_sync(migration)
-            if version < schema.SCHEMA_VERSION or not recorded:
-                await self._record_versions(conn)
+            await schema.migrate(conn, self.schema_name)
         self._setup_done = True
-
-    def _check_compatible(self, recorded: Mapping[str, str]) -> int:
-        major = recorded.get("contract_major")
-        if major is not None and int(major) != CONTRACT_MAJOR:
-            raise IncompatibleStoreError(
-                f"this store was written with run-journal contract major version {major}; this library "
-                f"reads and writes major version {CONTRACT_MAJOR} ({CONTRACT_VERSION}); "
-                "migrate the store with a matching run-journal version"
-            )
-        version = int(recorded.get("schema_version", 0))
-        if version > schema.SCHEMA_VERSION:
-            raise IncompatibleStoreError(
-                f"this store has SQL schema version {version}; this library knows versions up to "
-                f"{schema.SCHEMA_VERSION}; upgrade run-journal"
-            )
-        return version
-
-    async def _record_versions(self, conn: AsyncConnection) -> None:
-        values = {
-            "schema_version": str(schema.SCHEMA_VERSION),
-            "contract_major": str(CONTRACT_MAJOR),
-            "contract_version": CONTRACT_VERSION,
-        }
-        statement = self._insert(schema.meta)
-        statement = statement.on_conflict_do_update(
-            index_elements=[schema.meta.c.key], set_={"value": statement.excluded.value}
-        )
-        await conn.execute(statement, [{"key": key, "value": value} for key, value in values.items()])
 
     async def aclose(self) -> None:
         if self._closed:
@@ -264,14 +175,14 @@ class SqlRunEventStore(RunEventStore):
         for item in batch:
             first_of.setdefault(item.event_id, item)
         unique = list(first_of.values())
-        existing: dict[str, Row[Any]] = {}
+        existing: dict[str, Sequence[Any]] = {}
         try:
             seqs = await self._insert_new(thread_id, unique)
-        except IntegrityError:
+        except _DUPLICATE:
             # Some event_id is already stored (a retry): redo with a lookup, under the same lock.
             seqs, existing = await self._insert_checked(thread_id, unique)
         return [
-            _event_of(existing[item.event_id])
+            raw.event_of(existing[item.event_id])
             if item.event_id in existing
             else RunEvent.stored(first_of[item.event_id], seqs[item.event_id])
             for item in batch
@@ -292,26 +203,45 @@ class SqlRunEventStore(RunEventStore):
     ) -> dict[str, int]:
         """Insert ``fresh`` as seq ``last - len + 1 .. last``; PostgreSQL also notifies followers."""
         first = last - len(fresh) + 1
-        await conn.execute(EVENTS.insert(), [_row_of(item, first + n) for n, item in enumerate(fresh)])
+        rows = [dict(zip(raw.INSERT_COLUMNS, raw.insert_values(item, first + n), strict=True))
+                for n, item in enumerate(fresh)]
+        await conn.execute(EVENTS.insert(), rows)
         if self._listener is not None:
             await conn.execute(select(func.pg_notify(self._channel, f"{thread_id}\n{last}")))
         return {item.event_id: first + n for n, item in enumerate(fresh)}
 
     async def _insert_new(self, thread_id: str, fresh: list[NewEvent]) -> dict[str, int]:
-        async with self._write_lock(), self._writer.begin() as conn:
-            last = await self._bump(conn, thread_id, len(fresh))
-            return await self._write(conn, thread_id, fresh, last)
+        """The common write: no event_id seen before. Fails with an IntegrityError otherwise."""
+        if self.dialect == "postgresql":
+            async with self._writer.begin() as conn:
+                last = await self._bump(conn, thread_id, len(fresh))
+                return await self._write(conn, thread_id, fresh, last)
+        rows = [raw.insert_values(item, 0) for item in fresh]
+        async with self._write_lock(), self._engine.connect() as conn:
+            driver = await self._sqlite_driver(conn)
+            last = await raw.in_driver_thread(
+                driver, raw.write_new, self._bump_sql, self._insert_sql, thread_id, rows
+            )
+        first = last - len(fresh) + 1
+        return {item.event_id: first + n for n, item in enumerate(fresh)}
+
+    async def _sqlite_driver(self, conn: AsyncConnection) -> Any:
+        """The aiosqlite connection under a pooled SQLAlchemy connection, configured once."""
+        pooled = await conn.get_raw_connection()
+        if not pooled.info.get(raw.READY):
+            await conn.run_sync(lambda sync: raw.prepare_sqlite(sync.connection, self._busy_ms))
+        return pooled.driver_connection
 
     async def _insert_checked(
         self, thread_id: str, unique: list[NewEvent]
-    ) -> tuple[dict[str, int], dict[str, Row[Any]]]:
+    ) -> tuple[dict[str, int], dict[str, Sequence[Any]]]:
         ids = [item.event_id for item in unique]
         async with self._write_lock(), self._writer.begin() as conn:
             last = await self._bump(conn, thread_id, 0)
             found = await conn.execute(
                 select(*COLUMNS).where(EVENTS.c.thread_id == thread_id, EVENTS.c.event_id.in_(ids))
             )
-            existing = {row[8]: row for row in found}
+            existing: dict[str, Sequence[Any]] = {row[8]: row for row in found}
             fresh = [item for item in unique if item.event_id not in existing]
             if not fresh:
                 return {}, existing
@@ -324,57 +254,54 @@ class SqlRunEventStore(RunEventStore):
 
     async def _put_if_absent(self, event: NewEvent) -> tuple[RunEvent, bool]:
         await self._ready()
+        same_run_and_type = and_(EVENTS.c.run_id == event.run_id, EVENTS.c.event_type == event.event_type)
+        lookup = (
+            select(*COLUMNS)
+            .where(EVENTS.c.thread_id == event.thread_id)
+            .where(or_(same_run_and_type, EVENTS.c.event_id == event.event_id))
+            .order_by(EVENTS.c.seq)
+            .limit(1)
+        )
         async with self._write_lock(), self._writer.begin() as conn:
             last = await self._bump(conn, event.thread_id, 0)
-            same_thread = EVENTS.c.thread_id == event.thread_id
-            found = (
-                await conn.execute(
-                    select(*COLUMNS)
-                    .where(
-                        same_thread,
-                        or_(
-                            and_(EVENTS.c.run_id == event.run_id, EVENTS.c.event_type == event.event_type),
-                            EVENTS.c.event_id == event.event_id,
-                        ),
-                    )
-                    .order_by(EVENTS.c.seq)
-                    .limit(1)
-                )
-            ).first()
+            found = (await conn.execute(lookup)).first()
             if found is not None:
-                return _event_of(found), False
+                return raw.event_of(found), False
             await self._set_last(conn, event.thread_id, last + 1)
             await self._write(conn, event.thread_id, [event], last + 1)
         return RunEvent.stored(event, last + 1), True
 
-    def _write_lock(self) -> asyncio.Lock | _NoLock:
-        return self._local_write_lock or _NO_LOCK
+    def _write_lock(self) -> AbstractAsyncContextManager[Any]:
+        """In-process queue for SQLite writers (cheaper than spinning in SQLite's busy handler)."""
+        return self._local_write_lock or nullcontext()
 
     # -- reads -----------------------------------------------------------------------------------
-    async def _rows(self, statement: Select[Any]) -> list[RunEvent]:
+    async def _fetch(self, where: raw.Where, *, descending: bool, limit: int) -> list[RunEvent]:
+        """One indexed page query; SQLite through the driver connection (one hand-off)."""
+        sql, params = where.select(self._events_sql, descending=descending, limit=limit)
         await self._ready()
-        async with self._reader.connect() as conn:
-            rows = (await conn.execute(statement)).all()
-        return [_event_of(row) for row in rows]
+        if self.dialect == "sqlite":
+            async with self._engine.connect() as conn:
+                driver = await self._sqlite_driver(conn)
+                rows = await raw.in_driver_thread(driver, raw.fetch, sql, params)
+        else:
+            async with self._reader.connect() as conn:
+                rows = (await conn.execute(text(sql), params)).all()
+        return [raw.event_of(row) for row in rows]
 
     async def _page(
-        self,
-        conditions: list[Any],
-        limit: int,
-        before_seq: int | None,
-        after_seq: int | None,
+        self, where: raw.Where, limit: int, before_seq: int | None, after_seq: int | None
     ) -> list[RunEvent]:
         """Ascending page: the first ``limit`` above ``after_seq``, else the last below ``before_seq``."""
         check_limit(limit)
         before = check_cursor("before_seq", before_seq)
         after = check_cursor("after_seq", after_seq)
         if before is not None:
-            conditions.append(EVENTS.c.seq < before)
+            where.compare("seq", "<", "before_seq", before)
         if after is not None:
-            conditions.append(EVENTS.c.seq > after)
-            return await self._rows(select(*COLUMNS).where(*conditions).order_by(EVENTS.c.seq).limit(limit))
-        newest_first = select(*COLUMNS).where(*conditions).order_by(EVENTS.c.seq.desc()).limit(limit)
-        latest = await self._rows(newest_first)
+            where.compare("seq", ">", "after_seq", after)
+            return await self._fetch(where, descending=False, limit=limit)
+        latest = await self._fetch(where, descending=True, limit=limit)
         latest.reverse()
         return latest
 
@@ -394,8 +321,8 @@ class SqlRunEventStore(RunEventStore):
         after_seq: int | None = None,
         user_id: str | None = None,
     ) -> list[RunEvent]:
-        conditions = [*self._scope(thread_id, user_id), EVENTS.c.category == "message"]
-        return await self._page(conditions, limit, before_seq, after_seq)
+        where = raw.Where(thread_id, user_id).equals("category", "message")
+        return await self._page(where, limit, before_seq, after_seq)
 
     async def list_messages_by_run(
         self,
@@ -407,10 +334,8 @@ class SqlRunEventStore(RunEventStore):
         after_seq: int | None = None,
         user_id: str | None = None,
     ) -> list[RunEvent]:
-        conditions = [
-            *self._scope(thread_id, user_id), EVENTS.c.run_id == run_id, EVENTS.c.category == "message",
-        ]
-        return await self._page(conditions, limit, before_seq, after_seq)
+        where = raw.Where(thread_id, user_id).equals("run_id", run_id).equals("category", "message")
+        return await self._page(where, limit, before_seq, after_seq)
 
     async def list_events(
         self,
@@ -424,16 +349,16 @@ class SqlRunEventStore(RunEventStore):
         user_id: str | None = None,
     ) -> list[RunEvent]:
         check_limit(limit)
-        conditions = self._scope(thread_id, user_id)
-        conditions.append(EVENTS.c.seq > (check_cursor("after_seq", after_seq) or 0))
+        where = raw.Where(thread_id, user_id)
+        where.compare("seq", ">", "after_seq", check_cursor("after_seq", after_seq) or 0)
         if run_id is not None:
-            conditions.append(EVENTS.c.run_id == run_id)
+            where.equals("run_id", run_id)
         names = expand_event_types(event_types)
         if names is not None:
-            conditions.append(EVENTS.c.event_type.in_(names))
+            where.one_of("event_type", names)
         if task_id is not None:
-            conditions.append(EVENTS.c.task_id == task_id)
-        return await self._rows(select(*COLUMNS).where(*conditions).order_by(EVENTS.c.seq).limit(limit))
+            where.equals("task_id", task_id)
+        return await self._fetch(where, descending=False, limit=limit)
 
     async def _scalar(self, statement: Select[Any]) -> Any:
         await self._ready()
@@ -539,16 +464,3 @@ class SqlRunEventStore(RunEventStore):
             deleted = await conn.execute(EVENTS.delete().where(*event_conditions))
             await conn.execute(schema.runs.delete().where(*run_conditions))
         return int(deleted.rowcount)
-
-
-class _NoLock:
-    """Stands in for the in-process write lock where the database queues writers itself."""
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_LOCK: Final = _NoLock()

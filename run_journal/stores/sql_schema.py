@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Final
 
@@ -26,8 +26,16 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    func,
+    select,
 )
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.schema import CreateSchema
+
+from run_journal.stores.base import CONTRACT_MAJOR, CONTRACT_VERSION, IncompatibleStoreError
 
 ID = String(255)
 """Thread, run, user and event ids (``envelope.validate_id`` caps them at 255 characters)."""
@@ -161,3 +169,52 @@ def lock_key(*parts: str) -> int:
 def channel_name(schema: str | None) -> str:
     """The LISTEN/NOTIFY channel of one store (a schema of its own gets a channel of its own)."""
     return "run_journal_" + hashlib.sha256((schema or "").encode()).hexdigest()[:20]
+
+
+# -- setup -------------------------------------------------------------------------------------------
+async def migrate(conn: AsyncConnection, schema_name: str | None) -> None:
+    """Bring the store to ``SCHEMA_VERSION`` inside the caller's write transaction.
+
+    The caller's transaction is the migration lock on SQLite (``BEGIN IMMEDIATE``); on PostgreSQL an
+    advisory lock keyed by the schema is taken first, so concurrent ``setup()`` calls queue and the
+    second finds the work done.
+    """
+    postgres = conn.dialect.name == "postgresql"
+    if postgres:
+        await conn.execute(select(func.pg_advisory_xact_lock(lock_key("setup", schema_name or ""))))
+        if schema_name:
+            await conn.execute(CreateSchema(schema_name, if_not_exists=True))
+    await conn.run_sync(meta.create, checkfirst=True)
+    found = await conn.execute(select(meta.c.key, meta.c.value))
+    recorded = {str(row[0]): str(row[1]) for row in found}
+    version = check_compatible(recorded)
+    for migration in MIGRATIONS[version:]:
+        await conn.run_sync(migration)
+    if version < SCHEMA_VERSION or not recorded:
+        insert = (pg_insert if postgres else sqlite_insert)(meta)
+        await conn.execute(
+            insert.on_conflict_do_update(index_elements=[meta.c.key], set_={"value": insert.excluded.value}),
+            [
+                {"key": "schema_version", "value": str(SCHEMA_VERSION)},
+                {"key": "contract_major", "value": str(CONTRACT_MAJOR)},
+                {"key": "contract_version", "value": CONTRACT_VERSION},
+            ],
+        )
+
+
+def check_compatible(recorded: Mapping[str, str]) -> int:
+    """The recorded schema version, after refusing a store this library must not touch."""
+    major = recorded.get("contract_major")
+    if major is not None and int(major) != CONTRACT_MAJOR:
+        raise IncompatibleStoreError(
+            f"this store was written with run-journal contract major version {major}; this library "
+            f"reads and writes major version {CONTRACT_MAJOR} ({CONTRACT_VERSION}); "
+            "use a run-journal release of the store's major version, or migrate the store"
+        )
+    version = int(recorded.get("schema_version", 0))
+    if version > SCHEMA_VERSION:
+        raise IncompatibleStoreError(
+            f"this store has SQL schema version {version}; this library knows versions up to "
+            f"{SCHEMA_VERSION}; upgrade run-journal"
+        )
+    return version
