@@ -45,7 +45,11 @@ def as_new_event(item: EventInput) -> NewEvent:
     if isinstance(item, RunEvent):
         return item.as_new_event()
     if isinstance(item, Mapping):
-        fields = {key: value for key, value in item.items() if key != "seq" and value is not None}
+        # None means "the default" for every field but content, where it is the JSON value null.
+        fields = {
+            key: value for key, value in item.items()
+            if key != "seq" and (value is not None or key == "content")
+        }
         return NewEvent(**fields)
     raise TypeError(f"put_batch takes NewEvent objects or mappings, got {type(item).__name__}")
 
