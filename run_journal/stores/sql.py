@@ -27,7 +27,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from run_journal.envelope import NewEvent, RunEvent, dumps, loads
+from run_journal.envelope import NewEvent, RunEvent, dumps, loads, validate_id
 from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores import sql_raw as raw
 from run_journal.stores import sql_schema as schema
@@ -43,6 +43,13 @@ from run_journal.stores.sql_pg import PgListener
 EVENTS = schema.events
 COLUMNS: Final = tuple(EVENTS.c[name.strip()] for name in raw.EVENT_COLUMNS.split(","))
 _DUPLICATE: Final = (IntegrityError, sqlite3.IntegrityError)
+
+
+def _check_ids(**ids: str | None) -> None:
+    """Reads refuse the ids writes refuse (ValueError, as on every backend), before any SQL runs."""
+    for name, value in ids.items():
+        if value is not None:
+            validate_id(name, value)
 
 
 class SqlRunEventStore(RunEventStore):
@@ -321,6 +328,7 @@ class SqlRunEventStore(RunEventStore):
         after_seq: int | None = None,
         user_id: str | None = None,
     ) -> list[RunEvent]:
+        _check_ids(thread_id=thread_id, user_id=user_id)
         where = raw.Where(thread_id, user_id).equals("category", "message")
         return await self._page(where, limit, before_seq, after_seq)
 
@@ -334,6 +342,7 @@ class SqlRunEventStore(RunEventStore):
         after_seq: int | None = None,
         user_id: str | None = None,
     ) -> list[RunEvent]:
+        _check_ids(thread_id=thread_id, run_id=run_id, user_id=user_id)
         where = raw.Where(thread_id, user_id).equals("run_id", run_id).equals("category", "message")
         return await self._page(where, limit, before_seq, after_seq)
 
@@ -349,6 +358,7 @@ class SqlRunEventStore(RunEventStore):
         user_id: str | None = None,
     ) -> list[RunEvent]:
         check_limit(limit)
+        _check_ids(thread_id=thread_id, run_id=run_id, user_id=user_id)
         where = raw.Where(thread_id, user_id)
         where.compare("seq", ">", "after_seq", check_cursor("after_seq", after_seq) or 0)
         if run_id is not None:
@@ -366,11 +376,13 @@ class SqlRunEventStore(RunEventStore):
             return (await conn.execute(statement)).scalar()
 
     async def count_messages(self, thread_id: str, *, user_id: str | None = None) -> int:
+        _check_ids(thread_id=thread_id, user_id=user_id)
         conditions = [*self._scope(thread_id, user_id), EVENTS.c.category == "message"]
         return int(await self._scalar(select(func.count()).select_from(EVENTS).where(*conditions)))
 
     async def list_threads(self, *, user_id: str | None = None, limit: int = 1000) -> list[str]:
         check_limit(limit)
+        _check_ids(user_id=user_id)
         counter = schema.threads
         holds = select(EVENTS.c.id).where(*self._scope(counter.c.thread_id, user_id)).exists()  # type: ignore[arg-type]  # a column, not a literal id
         statement = select(counter.c.thread_id).where(holds).order_by(counter.c.thread_id).limit(limit)
@@ -379,6 +391,7 @@ class SqlRunEventStore(RunEventStore):
             return list((await conn.execute(statement)).scalars())
 
     async def last_seq(self, thread_id: str) -> int:
+        _check_ids(thread_id=thread_id)
         counter = schema.threads
         value = await self._scalar(select(counter.c.last_seq).where(counter.c.thread_id == thread_id))
         return int(value or 0)
@@ -428,6 +441,7 @@ class SqlRunEventStore(RunEventStore):
         return RunRow.from_dict(loads(stored))
 
     async def get_run(self, run_id: str) -> RunRow | None:
+        _check_ids(run_id=run_id)
         runs = schema.runs
         stored = await self._scalar(select(runs.c.row).where(runs.c.run_id == run_id))
         return None if stored is None else RunRow.from_dict(loads(stored))
@@ -435,6 +449,7 @@ class SqlRunEventStore(RunEventStore):
     async def list_runs(
         self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
     ) -> list[RunRow]:
+        _check_ids(thread_id=thread_id)
         runs = schema.runs
         statement = select(runs.c.row).order_by(
             func.coalesce(runs.c.started_at, runs.c.updated_at), runs.c.run_id
@@ -449,9 +464,11 @@ class SqlRunEventStore(RunEventStore):
 
     # -- deletes ---------------------------------------------------------------------------------
     async def delete_by_thread(self, thread_id: str) -> int:
+        _check_ids(thread_id=thread_id)
         return await self._delete([EVENTS.c.thread_id == thread_id], [schema.runs.c.thread_id == thread_id])
 
     async def delete_by_run(self, thread_id: str, run_id: str) -> int:
+        _check_ids(thread_id=thread_id, run_id=run_id)
         runs = schema.runs
         return await self._delete(
             [EVENTS.c.thread_id == thread_id, EVENTS.c.run_id == run_id],
