@@ -535,7 +535,7 @@ class RunJournal(BaseCallbackHandler):
             self._terminal("run.interrupt", RunStatus.INTERRUPTED,
                            {"interrupts": p.interrupt_payload(items)})
             return
-        produced, truncated, keys = p.produced_messages(output, state.baseline)
+        produced, truncated, keys = p.produced_messages(output, state.baseline, self._redact)
         content: dict[str, Any] = {"output": produced, "output_truncated": truncated}
         if keys is not None:
             content["state_keys"] = keys

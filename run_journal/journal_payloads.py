@@ -216,12 +216,13 @@ def interrupt_payload(interrupts: Iterable[Any]) -> list[JsonValue]:
 
 
 def produced_messages(
-    output: Any, baseline: set[str] | None
+    output: Any, baseline: set[str] | None, redact: Redactor | None = None
 ) -> tuple[Any, bool, list[str] | None]:
     """What a root run produced: new messages only (never the thread's whole history), bounded.
 
     ``baseline`` holds the ids of the messages the thread had before this run; without it only the
-    latest messages are kept and the result is flagged as truncated.
+    latest messages are kept and the result is flagged as truncated. ``redact`` hides secrets in
+    tool-call arguments and state keys, as in every other event (AI messages repeat their tool calls).
     """
     if isinstance(output, Mapping):
         keys = sorted(str(key) for key in output)
@@ -233,8 +234,11 @@ def produced_messages(
                 new = messages
             truncated = len(new) > OUTPUT_MESSAGES_LIMIT or (baseline is None and len(new) > 1)
             keep = new[-OUTPUT_MESSAGES_LIMIT:] if baseline is not None else new[-1:]
+            if redact is not None:
+                keep = [message_payload(m, redact) if isinstance(m, BaseMessage) else m for m in keep]
             return {"messages": keep}, truncated, keys  # NewEvent normalizes once
-        return normalize({key: value for key, value in output.items() if key != "__interrupt__"}), False, keys
+        state = normalize({key: value for key, value in output.items() if key != "__interrupt__"})
+        return (redact(state) if redact is not None else state), False, keys
     if isinstance(output, BaseMessage):
         return normalize(output), False, None
     return normalize(output), False, None
