@@ -201,6 +201,9 @@ async def test_retention_sets_and_refreshes_a_ttl_on_every_key(url: str, raw: ai
         for key in await keys_of(raw, store.prefix + "t/gone/"):
             await raw.delete(store.prefix + "t/gone/" + key)
         assert await store.list_threads() == ["t"]
+        await raw.delete(store.prefix + "run/r")  # a run row whose TTL ran out
+        assert await store.list_runs() == []
+        assert await raw.zcard(store.prefix + "runs") == 0
     with pytest.raises(ValueError, match="ttl_seconds"):
         RedisRetention(ttl_seconds=0)
 

@@ -7,11 +7,13 @@ already serialized text, spliced in, so a write serializes nothing twice and a r
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
@@ -20,6 +22,21 @@ from run_journal.envelope import NewEvent, RunEvent
 from run_journal.stores.base import check_cursor, check_limit
 
 Keep = Callable[[RunEvent], bool]
+FOLLOW_FALLBACK_SECONDS: Final = 5.0
+"""A follower re-reads at least this often even without a notification (a lost publish, a restart)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RedisRetention:
+    """How long an idle thread lives: every key of a thread expires ``ttl_seconds`` after its last
+    append (run rows: after their last ``put_run``). ``None`` keeps everything until deleted."""
+
+    ttl_seconds: int | None = None
+
+    def __post_init__(self) -> None:
+        ttl = self.ttl_seconds
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1):
+            raise ValueError(f"ttl_seconds must be a positive integer, got {ttl!r}")
 
 
 def text(value: bytes | str) -> str:
@@ -146,3 +163,28 @@ async def read_page(
     if descending:
         found.reverse()
     return found
+
+
+async def wait_for_notification(
+    pubsub: Any, closing: asyncio.Event, closed: Callable[[], bool]
+) -> None:
+    """Until a notification, the store closing, or ``FOLLOW_FALLBACK_SECONDS`` (whichever is first)."""
+
+    async def notified() -> None:
+        clock = asyncio.get_running_loop().time
+        deadline = clock() + FOLLOW_FALLBACK_SECONDS
+        while (left := deadline - clock()) > 0:
+            # None also stands for a (skipped) subscribe confirmation: keep waiting
+            if await pubsub.get_message(ignore_subscribe_messages=True, timeout=left) is not None:
+                return
+
+    message = asyncio.ensure_future(notified())
+    stopping = asyncio.ensure_future(closing.wait())
+    try:
+        await asyncio.wait({message, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (message, stopping):
+            task.cancel()
+        await asyncio.gather(message, stopping, return_exceptions=True)
+    while not closed() and await pubsub.get_message(ignore_subscribe_messages=True, timeout=0):
+        pass  # drain: one read covers every notification that is already here

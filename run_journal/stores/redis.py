@@ -13,7 +13,6 @@ seconds disappears with its run rows. The refresh costs one EXPIRE per index key
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
@@ -26,6 +25,7 @@ from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores import _redis_lua as lua
 from run_journal.stores._redis_records import (
     Keep,
+    RedisRetention,
     ScriptCall,
     decode,
     encode,
@@ -34,6 +34,7 @@ from run_journal.stores._redis_records import (
     run_scripts,
     task_key,
     text,
+    wait_for_notification,
 )
 from run_journal.stores.base import (
     CONTRACT_MAJOR,
@@ -47,21 +48,6 @@ from run_journal.stores.base import (
 )
 
 DEFAULT_PREFIX: Final = "run_journal:"
-FOLLOW_FALLBACK_SECONDS: Final = 5.0
-"""A follower re-reads at least this often even without a notification (a lost publish, a restart)."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RedisRetention:
-    """How long an idle thread lives: every key of a thread expires ``ttl_seconds`` after its last
-    append (run rows: after their last ``put_run``). ``None`` keeps everything until deleted."""
-
-    ttl_seconds: int | None = None
-
-    def __post_init__(self) -> None:
-        ttl = self.ttl_seconds
-        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1):
-            raise ValueError(f"ttl_seconds must be a positive integer, got {ttl!r}")
 
 
 class RedisRunEventStore(RunEventStore):
@@ -358,31 +344,9 @@ class RedisRunEventStore(RunEventStore):
                     cursor = event.seq
                     yield event
                 if not page and not self._closed:
-                    await self._wait(pubsub)
+                    await wait_for_notification(pubsub, self._closing, lambda: self._closed)
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-
-    async def _wait(self, pubsub: Any) -> None:
-        """Until a notification, the store closing, or the fallback delay (whichever is first)."""
-
-        async def notified() -> None:
-            clock = asyncio.get_running_loop().time
-            deadline = clock() + FOLLOW_FALLBACK_SECONDS
-            while (left := deadline - clock()) > 0:
-                # None also stands for a (skipped) subscribe confirmation: keep waiting
-                if await pubsub.get_message(ignore_subscribe_messages=True, timeout=left) is not None:
-                    return
-
-        message = asyncio.ensure_future(notified())
-        closing = asyncio.ensure_future(self._closing.wait())
-        try:
-            await asyncio.wait({message, closing}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (message, closing):
-                task.cancel()
-            await asyncio.gather(message, closing, return_exceptions=True)
-        while not self._closed and await pubsub.get_message(ignore_subscribe_messages=True, timeout=0):
-            pass  # drain: one read covers every notification that is already here
 
     # -- runs ------------------------------------------------------------------------------------
     async def put_run(self, row: RunRow) -> RunRow:
@@ -416,6 +380,9 @@ class RedisRunEventStore(RunEventStore):
             for run_id in run_ids:
                 pipe.hget(f"{self._prefix}run/{run_id}", "row")
             texts = await pipe.execute()
+        expired = [run_id for run_id, row in zip(run_ids, texts, strict=True) if row is None]
+        if expired:  # rows that outlived their retention TTL leave the index lazily
+            await self._client.zrem(index, *expired)
         wanted = set(statuses) if statuses is not None else None
         rows = [RunRow.from_dict(json.loads(text)) for text in texts if text is not None]
         return [row for row in rows if wanted is None or row.status in wanted]
