@@ -48,13 +48,13 @@ async def kill_mid_batch(url: str, thread_id: str, tag: str, rng: random.Random)
             if not line:
                 stderr = await worker.stderr.read() if worker.stderr else b""
                 pytest.fail(f"worker exited early: {stderr.decode()[-2000:]}")
-            acked.update({event_id: seq for event_id, seq in json.loads(line)})
+            acked.update(dict(json.loads(line)))
         await asyncio.sleep(rng.random() * 0.02)  # land anywhere inside the next batch
         worker.send_signal(signal.SIGKILL)
         rest, _ = await worker.communicate()
     for line in rest.splitlines():  # acknowledgements printed between the last read and the kill
         if line.strip():
-            acked.update({event_id: seq for event_id, seq in json.loads(line)})
+            acked.update(dict(json.loads(line)))
     return acked
 
 

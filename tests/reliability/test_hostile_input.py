@@ -12,9 +12,7 @@
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import UTC, date, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +22,6 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from run_journal import RunEvent, RunEventStore
 from run_journal.envelope import normalize
-from run_journal.stores.urls import file_path_of
 from run_journal.testing import read_all
 
 pytestmark = pytest.mark.reliability

@@ -36,7 +36,8 @@ GUARD = 120.0
 
 async def start_and_kill(url: str, run_id: str) -> None:
     worker = await spawn_worker("orphan", url, "orphans", run_id)
-    assert worker.stdout is not None and worker.stderr is not None
+    assert worker.stdout is not None
+    assert worker.stderr is not None
     line = await worker.stdout.readline()
     if line.strip() != b"started":
         pytest.fail(f"orphan worker did not start: {(await worker.stderr.read()).decode()[-3000:]}")
@@ -64,17 +65,20 @@ async def test_a_killed_worker_run_is_closed_exactly_once(
     for backend, url in urls.items():
         async with open_store(url) as store:
             row = await store.get_run(f"orphan-{backend}")
-            assert row is not None and row.status == RunStatus.RUNNING, backend
+            assert row is not None, backend
+            assert row.status == RunStatus.RUNNING, backend
         assert sorted(await reconcile_race(url)) == [0, 1], backend
         assert await reconcile_race(url) == [0, 0], backend
         async with open_store(url) as store:
             events = await read_all(store, "orphans")
             kinds = Counter(e.event_type for e in events)
-            assert kinds["run.start"] == 1 and kinds["run.cancel"] == 1, (backend, kinds)
+            assert kinds["run.start"] == 1, (backend, kinds)
+            assert kinds["run.cancel"] == 1, (backend, kinds)
             assert not {"run.end", "run.error", "run.interrupt"} & set(kinds)
             assert events[-1].event_type == "run.cancel"
             row = await store.get_run(f"orphan-{backend}")
-            assert row is not None and row.status == RunStatus.CANCELLED, backend
+            assert row is not None, backend
+            assert row.status == RunStatus.CANCELLED, backend
             assert [e.seq for e in events] == list(range(1, len(events) + 1))
 
 

@@ -75,7 +75,8 @@ async def test_connections_terminated_mid_run_are_retried_exactly_once(
         events = await run_events_exactly_once(store, "connloss", journal.run_id)
         stats = journal.stats
     assert all(n >= 1 for n in killed), killed  # each cut hit at least the writer's pooled connection
-    assert stats.retried >= 1 and stats.failed_batches == 0
+    assert stats.retried >= 1
+    assert stats.failed_batches == 0
     assert stats.written == stats.submitted == len(events)
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     print(f"connection loss: {len(events)} events, {sum(killed)} connections killed, {stats.retried} retries")
@@ -130,13 +131,15 @@ async def test_store_down_during_a_run_loses_nothing(proxy: TcpProxy, postgres_d
         held = journal.unwritten_events()
         assert down.pending == len(held) > 0
         assert down.written + down.pending == down.submitted  # nothing dropped, only held
-        assert down.failed_batches >= 1 and down.last_error
+        assert down.failed_batches >= 1
+        assert down.last_error
 
         await proxy.start()  # the store is back
         await journal.aclose()
         events = await run_events_exactly_once(store, "outage", journal.run_id)
         up = journal.stats
-    assert up.pending == 0 and up.written == up.submitted == len(events)
+    assert up.pending == 0
+    assert up.written == up.submitted == len(events)
     assert {e.event_id for e in held} <= {e.event_id for e in events}
     assert events[-1].event_type == "run.end"
     print(f"store down: {len(held)} events held during the outage, {up.retried} retries, 0 lost")
