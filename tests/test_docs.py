@@ -28,8 +28,10 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.M | re.S)
 MARKER = re.compile(r"<!--\s*(not-run|excerpt):\s*(.*?)\s*-->\s*$")
 
 NOT_RUN = {
-    ("README.md", "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/python examples/quickstart.py"),
-    ("README.md", "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev,postgres,redis]' && .venv/bin/pytest"),
+    ("README.md", "python3 -m venv .venv && .venv/bin/pip install -q -e . && "
+                  ".venv/bin/python examples/quickstart.py"),
+    ("README.md", "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev,postgres,redis]' && "
+                  ".venv/bin/pytest"),
     ("examples/README.md", "pip install langchain langchain-openai"),
     ("docs/consumers.md", "run-journal sqlite:///journal.db tail demo --last 2"),
 }
@@ -100,8 +102,9 @@ def test_every_block_is_run_checked_or_listed() -> None:
                 assert block.marker[1], f"{where}: say why the block cannot run"
                 not_run.add((block.name, block.first_line))
             elif block.marker is None and block.language == "text":
-                assert previous is not None and previous.language in {"python", "sh"} \
-                    and previous.marker is None, f"{where}: a text block must follow a block that runs"
+                runs = previous is not None and previous.language in {"python", "sh"} \
+                    and previous.marker is None
+                assert runs, f"{where}: a text block must follow a block that runs"
             elif block.marker is None:
                 assert block.language in {"python", "sh"}, f"{where}: unmarked {block.language!r} block"
             previous = block
