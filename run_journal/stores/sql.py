@@ -17,42 +17,31 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
 from typing import Any, Final
 
-from sqlalchemy import Select, and_, event, func, or_, select, text, update
+from sqlalchemy import and_, event, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from run_journal.envelope import NewEvent, RunEvent, dumps, loads, validate_id
-from run_journal.runs import TERMINAL_STATUSES, RunRow
+from run_journal.envelope import NewEvent, RunEvent, loads
+from run_journal.runs import RunRow
 from run_journal.stores import sql_raw as raw
 from run_journal.stores import sql_schema as schema
 from run_journal.stores.base import (
     RunEventStore,
     StoreClosedError,
-    check_cursor,
-    check_limit,
-    expand_event_types,
 )
 from run_journal.stores.sql_pg import PgListener
+from run_journal.stores.sql_reads import COLUMNS, EVENTS, SqlReads, check_ids
 
-EVENTS = schema.events
-COLUMNS: Final = tuple(EVENTS.c[name.strip()] for name in raw.EVENT_COLUMNS.split(","))
 _DUPLICATE: Final = (IntegrityError, sqlite3.IntegrityError)
 
 
-def _check_ids(**ids: str | None) -> None:
-    """Reads refuse the ids writes refuse (ValueError, as on every backend), before any SQL runs."""
-    for name, value in ids.items():
-        if value is not None:
-            validate_id(name, value)
-
-
-class SqlRunEventStore(RunEventStore):
+class SqlRunEventStore(SqlReads, RunEventStore):
     """The run event store on SQLite (aiosqlite) or PostgreSQL (asyncpg), through SQLAlchemy Core.
 
     Build it with ``from_url`` or around an ``AsyncEngine`` you own (it is then not disposed by
@@ -110,28 +99,21 @@ class SqlRunEventStore(RunEventStore):
         self._listener = PgListener(self._reader, self._channel) if use_listen else None
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        busy_timeout: float = 30.0,
-        lock_timeout: float = 10.0,
-        statement_timeout: float = 60.0,
-        engine_options: Mapping[str, Any] | None = None,
-        **options: Any,
-    ) -> SqlRunEventStore:
-        """``sqlite:///rel.db``, ``sqlite:////abs.db``, ``postgresql://user@host/db?schema=name``."""
+    def from_url(cls, url: str, **options: Any) -> SqlRunEventStore:
+        """``sqlite:///rel.db``, ``sqlite:////abs.db``, ``postgresql://user@host/db?schema=name``.
+
+        Options: ``lock_timeout`` / ``statement_timeout`` (PostgreSQL, seconds), ``engine_options``
+        (passed to ``create_async_engine``), and the constructor's keyword arguments.
+        """
         driver_url, schema_name = schema.engine_url(url)
-        settings: dict[str, Any] = dict(engine_options or {})
-        if driver_url.drivername.startswith("postgresql"):
-            connect_args = dict(settings.pop("connect_args", {}))
-            server = dict(connect_args.get("server_settings", {}))
-            server.setdefault("lock_timeout", f"{int(lock_timeout * 1000)}ms")
-            server.setdefault("statement_timeout", f"{int(statement_timeout * 1000)}ms")
-            connect_args["server_settings"] = server
-            settings["connect_args"] = connect_args
+        settings = schema.engine_settings(
+            driver_url,
+            lock_timeout=float(options.pop("lock_timeout", 10.0)),
+            statement_timeout=float(options.pop("statement_timeout", 60.0)),
+            engine_options=options.pop("engine_options", None),
+        )
         engine = create_async_engine(driver_url, **settings)
-        return cls(engine, schema_name=schema_name, busy_timeout=busy_timeout, _owns_engine=True, **options)
+        return cls(engine, schema_name=schema_name, _owns_engine=True, **options)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def setup(self) -> None:
@@ -282,120 +264,6 @@ class SqlRunEventStore(RunEventStore):
         """In-process queue for SQLite writers (cheaper than spinning in SQLite's busy handler)."""
         return self._local_write_lock or nullcontext()
 
-    # -- reads -----------------------------------------------------------------------------------
-    async def _fetch(self, where: raw.Where, *, descending: bool, limit: int) -> list[RunEvent]:
-        """One indexed page query; SQLite through the driver connection (one hand-off)."""
-        sql, params = where.select(self._events_sql, descending=descending, limit=limit)
-        await self._ready()
-        if self.dialect == "sqlite":
-            async with self._engine.connect() as conn:
-                driver = await self._sqlite_driver(conn)
-                rows = await raw.in_driver_thread(driver, raw.fetch, sql, params)
-        else:
-            async with self._reader.connect() as conn:
-                rows = (await conn.execute(text(sql), params)).all()
-        return [raw.event_of(row) for row in rows]
-
-    async def _page(
-        self, where: raw.Where, limit: int, before_seq: int | None, after_seq: int | None
-    ) -> list[RunEvent]:
-        """Ascending page: the first ``limit`` above ``after_seq``, else the last below ``before_seq``."""
-        check_limit(limit)
-        before = check_cursor("before_seq", before_seq)
-        after = check_cursor("after_seq", after_seq)
-        if before is not None:
-            where.compare("seq", "<", "before_seq", before)
-        if after is not None:
-            where.compare("seq", ">", "after_seq", after)
-            return await self._fetch(where, descending=False, limit=limit)
-        latest = await self._fetch(where, descending=True, limit=limit)
-        latest.reverse()
-        return latest
-
-    @staticmethod
-    def _scope(thread_id: str, user_id: str | None) -> list[Any]:
-        conditions: list[Any] = [EVENTS.c.thread_id == thread_id]
-        if user_id is not None:
-            conditions.append(EVENTS.c.user_id == user_id)
-        return conditions
-
-    async def list_messages(
-        self,
-        thread_id: str,
-        *,
-        limit: int = 50,
-        before_seq: int | None = None,
-        after_seq: int | None = None,
-        user_id: str | None = None,
-    ) -> list[RunEvent]:
-        _check_ids(thread_id=thread_id, user_id=user_id)
-        where = raw.Where(thread_id, user_id).equals("category", "message")
-        return await self._page(where, limit, before_seq, after_seq)
-
-    async def list_messages_by_run(
-        self,
-        thread_id: str,
-        run_id: str,
-        *,
-        limit: int = 50,
-        before_seq: int | None = None,
-        after_seq: int | None = None,
-        user_id: str | None = None,
-    ) -> list[RunEvent]:
-        _check_ids(thread_id=thread_id, run_id=run_id, user_id=user_id)
-        where = raw.Where(thread_id, user_id).equals("run_id", run_id).equals("category", "message")
-        return await self._page(where, limit, before_seq, after_seq)
-
-    async def list_events(
-        self,
-        thread_id: str,
-        run_id: str | None = None,
-        *,
-        event_types: Sequence[str] | None = None,
-        task_id: str | None = None,
-        limit: int = 500,
-        after_seq: int | None = None,
-        user_id: str | None = None,
-    ) -> list[RunEvent]:
-        check_limit(limit)
-        _check_ids(thread_id=thread_id, run_id=run_id, user_id=user_id)
-        where = raw.Where(thread_id, user_id)
-        where.compare("seq", ">", "after_seq", check_cursor("after_seq", after_seq) or 0)
-        if run_id is not None:
-            where.equals("run_id", run_id)
-        names = expand_event_types(event_types)
-        if names is not None:
-            where.one_of("event_type", names)
-        if task_id is not None:
-            where.equals("task_id", task_id)
-        return await self._fetch(where, descending=False, limit=limit)
-
-    async def _scalar(self, statement: Select[Any]) -> Any:
-        await self._ready()
-        async with self._reader.connect() as conn:
-            return (await conn.execute(statement)).scalar()
-
-    async def count_messages(self, thread_id: str, *, user_id: str | None = None) -> int:
-        _check_ids(thread_id=thread_id, user_id=user_id)
-        conditions = [*self._scope(thread_id, user_id), EVENTS.c.category == "message"]
-        return int(await self._scalar(select(func.count()).select_from(EVENTS).where(*conditions)))
-
-    async def list_threads(self, *, user_id: str | None = None, limit: int = 1000) -> list[str]:
-        check_limit(limit)
-        _check_ids(user_id=user_id)
-        counter = schema.threads
-        holds = select(EVENTS.c.id).where(*self._scope(counter.c.thread_id, user_id)).exists()  # type: ignore[arg-type]  # a column, not a literal id
-        statement = select(counter.c.thread_id).where(holds).order_by(counter.c.thread_id).limit(limit)
-        await self._ready()
-        async with self._reader.connect() as conn:
-            return list((await conn.execute(statement)).scalars())
-
-    async def last_seq(self, thread_id: str) -> int:
-        _check_ids(thread_id=thread_id)
-        counter = schema.threads
-        value = await self._scalar(select(counter.c.last_seq).where(counter.c.thread_id == thread_id))
-        return int(value or 0)
-
     async def follow(
         self, thread_id: str, *, after_seq: int = 0, user_id: str | None = None
     ) -> AsyncIterator[RunEvent]:
@@ -419,20 +287,7 @@ class SqlRunEventStore(RunEventStore):
     async def put_run(self, row: RunRow) -> RunRow:
         await self._ready()
         runs = schema.runs
-        data = row.to_dict()
-        values = {
-            "run_id": row.run_id, "thread_id": row.thread_id, "user_id": row.user_id,
-            "status": data["status"], "updated_at": schema.stamp(row.updated_at),
-            "started_at": schema.stamp(row.started_at) if row.started_at else None,
-            "row": dumps(data),
-        }
-        insert = self._insert(runs).values(values)
-        terminal = sorted(str(status) for status in TERMINAL_STATUSES)
-        statement = insert.on_conflict_do_update(
-            index_elements=[runs.c.run_id],
-            set_={name: insert.excluded[name] for name in values if name != "run_id"},
-            where=or_(runs.c.status.not_in(terminal), runs.c.status == insert.excluded.status),
-        ).returning(runs.c.row)
+        statement = schema.upsert_run(self._insert(runs), row)
         async with self._writer.begin() as conn:
             stored = (await conn.execute(statement)).scalar()
             if stored is None:
@@ -441,7 +296,7 @@ class SqlRunEventStore(RunEventStore):
         return RunRow.from_dict(loads(stored))
 
     async def get_run(self, run_id: str) -> RunRow | None:
-        _check_ids(run_id=run_id)
+        check_ids(run_id=run_id)
         runs = schema.runs
         stored = await self._scalar(select(runs.c.row).where(runs.c.run_id == run_id))
         return None if stored is None else RunRow.from_dict(loads(stored))
@@ -449,7 +304,7 @@ class SqlRunEventStore(RunEventStore):
     async def list_runs(
         self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
     ) -> list[RunRow]:
-        _check_ids(thread_id=thread_id)
+        check_ids(thread_id=thread_id)
         runs = schema.runs
         statement = select(runs.c.row).order_by(
             func.coalesce(runs.c.started_at, runs.c.updated_at), runs.c.run_id
@@ -464,11 +319,11 @@ class SqlRunEventStore(RunEventStore):
 
     # -- deletes ---------------------------------------------------------------------------------
     async def delete_by_thread(self, thread_id: str) -> int:
-        _check_ids(thread_id=thread_id)
+        check_ids(thread_id=thread_id)
         return await self._delete([EVENTS.c.thread_id == thread_id], [schema.runs.c.thread_id == thread_id])
 
     async def delete_by_run(self, thread_id: str, run_id: str) -> int:
-        _check_ids(thread_id=thread_id, run_id=run_id)
+        check_ids(thread_id=thread_id, run_id=run_id)
         runs = schema.runs
         return await self._delete(
             [EVENTS.c.thread_id == thread_id, EVENTS.c.run_id == run_id],

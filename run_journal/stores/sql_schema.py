@@ -13,7 +13,7 @@ import importlib.util
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import (
     BigInteger,
@@ -27,6 +27,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    or_,
     select,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -35,6 +36,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateSchema
 
+from run_journal.envelope import dumps
+from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores.base import CONTRACT_MAJOR, CONTRACT_VERSION, IncompatibleStoreError
 
 ID = String(255)
@@ -150,6 +153,40 @@ def engine_url(url: str) -> tuple[URL, str | None]:
             check_schema_name(schema)
         return parsed.difference_update_query(["schema"]).set(drivername="postgresql+asyncpg"), schema
     raise ValueError(f"{url!r} is not a sqlite:// or postgresql:// URL")
+
+
+def engine_settings(
+    driver_url: URL, *, lock_timeout: float, statement_timeout: float, engine_options: Any
+) -> dict[str, Any]:
+    """``create_async_engine`` keywords; PostgreSQL gets ``lock_timeout`` / ``statement_timeout``
+    as server settings of every connection (a stuck writer fails and is retried, never hangs)."""
+    settings: dict[str, Any] = dict(engine_options or {})
+    if driver_url.drivername.startswith("postgresql"):
+        connect_args = dict(settings.pop("connect_args", {}))
+        server = dict(connect_args.get("server_settings", {}))
+        server.setdefault("lock_timeout", f"{int(lock_timeout * 1000)}ms")
+        server.setdefault("statement_timeout", f"{int(statement_timeout * 1000)}ms")
+        connect_args["server_settings"] = server
+        settings["connect_args"] = connect_args
+    return settings
+
+
+def upsert_run(insert: Any, row: RunRow) -> Any:
+    """Insert or update a run row, unless the stored status is terminal and differs
+    (``runs.may_replace`` as one atomic statement); returns the written row's JSON, or nothing."""
+    data = row.to_dict()
+    values = {
+        "run_id": row.run_id, "thread_id": row.thread_id, "user_id": row.user_id,
+        "status": data["status"], "updated_at": stamp(row.updated_at),
+        "started_at": stamp(row.started_at) if row.started_at else None, "row": dumps(data),
+    }
+    statement = insert.values(values)
+    terminal = sorted(str(status) for status in TERMINAL_STATUSES)
+    return statement.on_conflict_do_update(
+        index_elements=[runs.c.run_id],
+        set_={name: statement.excluded[name] for name in values if name != "run_id"},
+        where=or_(runs.c.status.not_in(terminal), runs.c.status == statement.excluded.status),
+    ).returning(runs.c.row)
 
 
 def check_schema_name(schema: str) -> str:
