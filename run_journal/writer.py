@@ -78,6 +78,8 @@ class JournalStats:
     batches: int = 0
     row_writes: int = 0
     over_limit: int = 0
+    superseded: int = 0
+    """Terminal events not written because the run was already closed (by ``reconcile_orphans``)."""
     callback_errors: int = 0
     last_error: str | None = None
 
@@ -87,13 +89,20 @@ class DeferredEvent(abc.ABC):
 
     _event: NewEvent | None = None
 
-    async def event(self, store: RunEventStore) -> NewEvent:
-        if self._event is None:
-            self._event = await self.resolve(store)
+    _resolved: bool = False
+
+    async def event(self, store: RunEventStore) -> NewEvent | None:
+        if not self._resolved:
+            self._event, self._resolved = await self.resolve(store), True
+        return self._event
+
+    def known_event(self) -> NewEvent | None:
+        """The event as far as it is known before it is resolved (for ``unwritten_events``)."""
         return self._event
 
     @abc.abstractmethod
-    async def resolve(self, store: RunEventStore) -> NewEvent: ...
+    async def resolve(self, store: RunEventStore) -> NewEvent | None:
+        """The event to write, or None when the store shows it must not be written."""
 
 
 QueueItem = NewEvent | DeferredEvent
@@ -129,7 +138,7 @@ class EventWriter:
         self._room = threading.Condition(self._lock)
         self._queue: deque[QueueItem] = deque()
         self._counts = {"submitted": 0, "written": 0, "retried": 0, "failed_batches": 0,
-                        "batches": 0, "row_writes": 0, "over_limit": 0}
+                        "batches": 0, "row_writes": 0, "over_limit": 0, "superseded": 0}
         self.callback_errors = 0
         self._failure: BaseException | None = None
         self._stalled = False
@@ -184,7 +193,8 @@ class EventWriter:
     def unwritten(self) -> list[NewEvent]:
         """Queued events not yet stored (deferred ones not yet resolved are left out)."""
         with self._lock:
-            return [item for item in self._queue if isinstance(item, NewEvent)]
+            known = (item if isinstance(item, NewEvent) else item.known_event() for item in self._queue)
+            return [event for event in known if event is not None]
 
     @property
     def started(self) -> bool:
@@ -258,13 +268,14 @@ class EventWriter:
                 items = [self._queue[i] for i in range(min(self.batch_size, len(self._queue)))]
             if not items:
                 break
-            events = [await self._materialize(item, store) for item in items]
-            if not await self._attempt(functools.partial(store.put_batch, events)):
+            events: list[NewEvent] = []
+            if not await self._attempt(functools.partial(self._write_batch, store, items, events)):
                 break
             with self._room:
                 for _ in items:
                     self._queue.popleft()
-                self._counts["written"] += len(items)
+                self._counts["written"] += len(events)
+                self._counts["superseded"] += len(items) - len(events)
                 self._counts["batches"] += 1
                 self._stalled = False
                 self._room.notify_all()
@@ -276,8 +287,14 @@ class EventWriter:
             await self._write_row(store, force=force_row)
         self._wake_waiters()
 
-    async def _materialize(self, item: QueueItem, store: RunEventStore) -> NewEvent:
-        return item if isinstance(item, NewEvent) else await item.event(store)
+    async def _write_batch(
+        self, store: RunEventStore, items: list[QueueItem], events: list[NewEvent]
+    ) -> None:
+        """One attempt: resolve deferred events (their store reads are retried too), then write."""
+        resolved = [item if isinstance(item, NewEvent) else await item.event(store) for item in items]
+        events[:] = [event for event in resolved if event is not None]
+        if events:
+            await store.put_batch(events)
 
     async def _ready_store(self) -> RunEventStore | None:
         if self._store is None and self._url is not None and self._failure is None:
@@ -320,7 +337,8 @@ class EventWriter:
         return False
 
     def _wake_waiters(self) -> None:
-        written, failure = self._counts["written"], self._failure
+        written = self._counts["written"] + self._counts["superseded"]  # every submission handled
+        failure = self._failure
         keep: list[tuple[int, asyncio.Future[None]]] = []
         for target, waiter in self._waiters:
             if waiter.done():
