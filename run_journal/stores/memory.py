@@ -133,6 +133,8 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class _StoredRun:
     row_json: str
     first_put_at: datetime
+    thread_id: str
+    status: str
 
     def row(self) -> RunRow:
         return RunRow.from_dict(loads(self.row_json))
@@ -296,12 +298,12 @@ class MemoryRunEventStore(RunEventStore):
         row_json = dumps(row.to_dict())
         with self._lock:
             stored = self._runs.get(row.run_id)
-            if stored is not None and (owner := stored.row().thread_id) != row.thread_id:
+            if stored is not None and (owner := stored.thread_id) != row.thread_id:
                 raise ValueError(f"run {row.run_id!r} belongs to thread {owner!r}, not {row.thread_id!r}")
-            if stored is not None and not may_replace(stored.row().status, row.status):
+            if stored is not None and not may_replace(stored.status, row.status):
                 return stored.row()
             first_put_at = stored.first_put_at if stored else utc_now()
-            self._runs[row.run_id] = _StoredRun(row_json, first_put_at)
+            self._runs[row.run_id] = _StoredRun(row_json, first_put_at, row.thread_id, row.status)
         return RunRow.from_dict(loads(row_json))
 
     async def get_run(self, run_id: str) -> RunRow | None:
