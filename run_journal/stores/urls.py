@@ -33,7 +33,7 @@ def open_store(url: str, **options: object) -> RunEventStore:
     if scheme == "memory":
         from run_journal.stores.memory import MemoryRunEventStore
 
-        return MemoryRunEventStore(**options)  # type: ignore[arg-type]  # backend-specific options
+        return MemoryRunEventStore(**options)
     if scheme == "jsonl":
         from run_journal.stores.jsonl import JsonlRunEventStore
 
