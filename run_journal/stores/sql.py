@@ -28,7 +28,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from run_journal.envelope import NewEvent, RunEvent, loads
-from run_journal.runs import RunRow
+from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores import sql_raw as raw
 from run_journal.stores import sql_schema as schema
 from run_journal.stores.base import (
@@ -87,6 +87,11 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         self._events_sql = f"{prefix}{EVENTS.name}"
         self._bump_sql = raw.bump_sql(f"{prefix}{schema.threads.name}")
         self._insert_sql = raw.insert_sql(self._events_sql)
+        self._runs_sql = f"{prefix}{schema.runs.name}"
+        self._run_columns = [column.name for column in schema.runs.columns]
+        self._upsert_run_sql = raw.upsert_run_sql(
+            self._runs_sql, self._run_columns, sorted(TERMINAL_STATUSES)
+        )
         if follow_poll_interval is not None:
             self.follow_poll_interval = follow_poll_interval
         # SQLite has one writer at a time anyway: queueing in-process writers here is cheaper than
@@ -287,6 +292,15 @@ class SqlRunEventStore(SqlReads, RunEventStore):
     async def put_run(self, row: RunRow) -> RunRow:
         await self._ready()
         runs = schema.runs
+        if self.dialect == "sqlite":  # one hand-off to the driver thread, as for event writes
+            values = schema.run_values(row)
+            ordered = tuple(values[name] for name in self._run_columns)
+            async with self._write_lock(), self._engine.connect() as conn:
+                driver = await self._sqlite_driver(conn)
+                written = await raw.in_driver_thread(
+                    driver, raw.write_run, self._upsert_run_sql, self._runs_sql, ordered
+                )
+            return RunRow.from_dict(loads(written))
         statement = schema.upsert_run(self._insert(runs), row)
         async with self._writer.begin() as conn:
             stored = (await conn.execute(statement)).scalar()

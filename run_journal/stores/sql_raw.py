@@ -175,5 +175,34 @@ def write_new(
     return int(last)
 
 
+def upsert_run_sql(runs_table: str, columns: Sequence[str], terminal: Sequence[str]) -> str:
+    """``schema.upsert_run`` as SQLite text: the guard (``runs.may_replace``) is the WHERE clause."""
+    updates = ", ".join(f"{name} = excluded.{name}" for name in columns if name != "run_id")
+    finished = ", ".join(f"'{status}'" for status in terminal)
+    return (
+        f"INSERT INTO {runs_table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) "
+        f"ON CONFLICT (run_id) DO UPDATE SET {updates} "
+        f"WHERE {runs_table}.status NOT IN ({finished}) OR {runs_table}.status = excluded.status "
+        "RETURNING row"
+    )
+
+
+def write_run(connection: sqlite3.Connection, upsert: str, runs_table: str, values: tuple[Any, ...]) -> str:
+    """``BEGIN IMMEDIATE``; upsert the row; the stored row's JSON (the old one if the guard refused)."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        written = connection.execute(upsert, values).fetchone()
+        if written is None:
+            written = connection.execute(
+                f"SELECT row FROM {runs_table} WHERE run_id = ?", (values[0],)
+            ).fetchone()
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
+    return str(written[0])
+
+
 def fetch(connection: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[Any]:
     return connection.execute(sql, params).fetchall()

@@ -171,15 +171,20 @@ def engine_settings(
     return settings
 
 
-def upsert_run(insert: Any, row: RunRow) -> Any:
-    """Insert or update a run row, unless the stored status is terminal and differs
-    (``runs.may_replace`` as one atomic statement); returns the written row's JSON, or nothing."""
+def run_values(row: RunRow) -> dict[str, Any]:
+    """The runs table's columns for ``row`` (in table order)."""
     data = row.to_dict()
-    values = {
+    return {
         "run_id": row.run_id, "thread_id": row.thread_id, "user_id": row.user_id,
         "status": data["status"], "updated_at": stamp(row.updated_at),
         "started_at": stamp(row.started_at) if row.started_at else None, "row": dumps(data),
     }
+
+
+def upsert_run(insert: Any, row: RunRow) -> Any:
+    """Insert or update a run row, unless the stored status is terminal and differs
+    (``runs.may_replace`` as one atomic statement); returns the written row's JSON, or nothing."""
+    values = run_values(row)
     statement = insert.values(values)
     terminal = sorted(str(status) for status in TERMINAL_STATUSES)
     return statement.on_conflict_do_update(
