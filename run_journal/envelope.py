@@ -391,16 +391,21 @@ class RunEvent:
         )
 
     @classmethod
-    def stored(cls, event: NewEvent, seq: int) -> RunEvent:
-        """The record a store returns for ``event`` written at ``seq`` (fresh copies of the payload)."""
+    def stored(cls, event: NewEvent, seq: int, *, copy: bool = False) -> RunEvent:
+        """The record of ``event`` stored at ``seq``.
+
+        A write's result shares ``event``'s already normalized payload (the writer's own objects;
+        stores persist ``content_json``, so nothing done to them reaches the store). ``copy=True``
+        decodes fresh payload objects, for a store that returns the same ``NewEvent`` to many readers.
+        """
         return cls(
             thread_id=event.thread_id,
             run_id=event.run_id,
             seq=seq,
             event_type=event.event_type,
             category=event.category,
-            content=loads(event.content_json),
-            metadata=loads(event.metadata_json),
+            content=loads(event.content_json) if copy else event.content,
+            metadata=loads(event.metadata_json) if copy else event.metadata,
             created_at=event.created_at,
             event_id=event.event_id,
             user_id=event.user_id,

@@ -145,14 +145,22 @@ def test_every_id_of_an_event_is_checked(field: str) -> None:
 
 def test_run_event_is_frozen_and_reads_are_fresh_copies() -> None:
     written = new_event(content={"reason": "user", "items": [1, 2]})
-    first = RunEvent.stored(written, 1)
+    first = RunEvent.stored(written, 1, copy=True)
     with pytest.raises(dataclasses.FrozenInstanceError):
         first.seq = 2  # type: ignore[misc]  # the point of the test is that assignment fails
     assert isinstance(first.content, dict)
     first.content["items"].append(3)  # type: ignore[union-attr]  # mutating a reader's own copy
-    second = RunEvent.stored(written, 1)
+    second = RunEvent.stored(written, 1, copy=True)
     assert second.content == {"reason": "user", "items": [1, 2]}
     assert written.content == {"reason": "user", "items": [1, 2]}
+
+
+def test_a_write_result_shares_the_writers_payload_but_never_the_stored_bytes() -> None:
+    written = new_event(content={"items": [1, 2]})
+    result = RunEvent.stored(written, 1)
+    assert result.content is written.content  # no decode on the write path
+    result.content["items"].append(3)  # type: ignore[index,union-attr]  # the writer's own object
+    assert RunEvent.stored(written, 1, copy=True).content == {"items": [1, 2]}
 
 
 def test_to_dict_validates_against_the_record_schema() -> None:

@@ -45,7 +45,7 @@ class _Record:
     task_id: str | None
 
     def to_event(self) -> RunEvent:
-        return RunEvent.stored(self.event, self.seq)
+        return RunEvent.stored(self.event, self.seq, copy=True)
 
 
 class _Column:
@@ -163,17 +163,19 @@ class MemoryRunEventStore(RunEventStore):
         with self._lock:
             self._check_open()
             touched: set[str] = set()
-            records = []
+            results = []
             for event in batch:
                 thread = self._threads.setdefault(event.thread_id, _Thread())
                 record = thread.by_event_id.get(event.event_id)
-                if record is None:
+                if record is None:  # a new write: its result may share the writer's payload objects
                     record = thread.add(event)
                     touched.add(event.thread_id)
-                records.append(record)
+                    results.append(RunEvent.stored(event, record.seq))
+                else:
+                    results.append(record.to_event())
             for thread_id in touched:
                 self._threads[thread_id].wake()
-        return [record.to_event() for record in records]
+        return results
 
     async def _put_if_absent(self, event: NewEvent) -> tuple[RunEvent, bool]:
         with self._lock:
