@@ -81,12 +81,15 @@ class UsageTotals:
         )
 
     def to_dict(self) -> JsonObject:
-        return dataclasses.asdict(self)
+        return {field: getattr(self, field) for field in _USAGE_FIELDS}  # asdict() deep-copies: slow
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> UsageTotals:
         known = {field.name for field in dataclasses.fields(cls)}
         return cls(**{key: value for key, value in (data or {}).items() if key in known})
+
+
+_USAGE_FIELDS: Final = tuple(field.name for field in dataclasses.fields(UsageTotals))
 
 
 def _add_cost(left: UsageTotals, right: UsageTotals) -> float | None:
