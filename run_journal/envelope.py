@@ -55,6 +55,19 @@ _TOO_DEEP: Final = "<max depth>"
 _TRUNCATION_MARK: Final = "…[truncated]"
 
 
+class Normalized:
+    """A value a producer already passed through :func:`normalize`; normalizing it again is a no-op.
+
+    Producers that put the same payload in two events (a model's message in ``llm.ai.response`` and
+    again in ``run.end``) wrap the first result instead of paying for the walk twice.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: JsonValue) -> None:
+        self.value = value
+
+
 def normalize(value: Any) -> JsonValue:
     """Return the canonical JSON-compatible form of ``value``.
 
@@ -96,6 +109,8 @@ def _normalize(value: Any, depth: int, active: set[int]) -> JsonValue:
             return [_normalize(item, depth, active) for item in value]
         finally:
             active.discard(marker)
+    if kind is Normalized:
+        return value.value  # type: ignore[no-any-return]  # normalized by its producer
     if isinstance(value, Mapping | list | tuple | set | frozenset | BaseModel) or (
         dataclasses.is_dataclass(value) and not isinstance(value, type)
     ):

@@ -31,7 +31,7 @@ from run_journal.catalog import (
     category_of,
     middleware_event_type,
 )
-from run_journal.envelope import NewEvent, sha256_hex, utc_now, validate_id
+from run_journal.envelope import NewEvent, Normalized, normalize, sha256_hex, utc_now, validate_id
 from run_journal.journal_state import LlmCall, RunState, ToolRun
 from run_journal.redact import Redactor, resolve_redactor
 from run_journal.runs import RunRow, RunStatus
@@ -108,6 +108,7 @@ class RunJournal(BaseCallbackHandler):
         self._lock = threading.Lock()
         self._state = RunState()
         self._tally = RunTally(pricing=pricing)
+        self._payloads: dict[str, tuple[BaseMessage, Normalized]] = {}
         self._closed = False
         self._writer = EventWriter(
             store, self._row_for, batch_size=batch_size, flush_interval=flush_interval,
@@ -371,6 +372,17 @@ class RunJournal(BaseCallbackHandler):
             created_at=created_at or utc_now(), user_id=self.user_id,
         )
 
+    def _message_payload(self, message: BaseMessage) -> Normalized:
+        """A message's redacted, normalized payload, computed once per message id per run."""
+        key = message.id if isinstance(message.id, str) and message.id else None
+        cached = self._payloads.get(key) if key else None
+        if cached is None or cached[0] is not message:
+            payload = normalize(p.message_payload(message, self._redact))
+            cached = (message, Normalized(payload))
+            if key:
+                self._payloads[key] = cached
+        return cached[1]
+
     def _queue(self, event: NewEvent | DeferredEvent) -> None:
         if self._state.started:
             self._writer.submit(event)
@@ -414,7 +426,7 @@ class RunJournal(BaseCallbackHandler):
         if human is not None:
             self._tally.messages += 1
             self._tally.first_human = cap_text(p.message_text(human))
-            self._queue(self._event("llm.human.input", p.message_payload(human, self._redact),
+            self._queue(self._event("llm.human.input", self._message_payload(human),
                                     {"caller": state.caller, "message_id": human.id}))
 
     def _start_event(self, content: dict[str, Any], meta: dict[str, Any], created: datetime,
@@ -451,7 +463,7 @@ class RunJournal(BaseCallbackHandler):
         self._tally.messages += 1
         if call.caller == p.LEAD_AGENT and p.message_text(message):
             self._tally.last_ai = cap_text(p.message_text(message))
-        self._queue(self._event("llm.ai.response", p.message_payload(message, self._redact), meta))
+        self._queue(self._event("llm.ai.response", self._message_payload(message), meta))
         for tool_call in getattr(message, "tool_calls", None) or []:
             call_id = tool_call.get("id")
             if not isinstance(call_id, str) or not call_id:
@@ -477,7 +489,7 @@ class RunJournal(BaseCallbackHandler):
         self._tally.messages += 1
         meta = {"caller": caller, "tool_call_id": call_id, "tool_name": message.name or tool_name,
                 "status": message.status}
-        self._queue(self._event("llm.tool.result", p.message_payload(message, self._redact), meta))
+        self._queue(self._event("llm.tool.result", self._message_payload(message), meta))
 
     def _outcome(self, call_id: str, name: str, caller: str, outcome: str, tool: ToolRun | None,
                  **extra: Any) -> None:
@@ -540,7 +552,9 @@ class RunJournal(BaseCallbackHandler):
             self._terminal("run.interrupt", RunStatus.INTERRUPTED,
                            {"interrupts": p.interrupt_payload(items)})
             return
-        produced, truncated, keys = p.produced_messages(output, state.baseline, self._redact)
+        produced, truncated, keys = p.produced_messages(
+            output, state.baseline, self._redact, self._message_payload
+        )
         content: dict[str, Any] = {"output": produced, "output_truncated": truncated}
         if keys is not None:
             content["state_keys"] = keys

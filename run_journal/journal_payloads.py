@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from langchain_core.messages import BaseMessage, ToolMessage, convert_to_messages
@@ -216,13 +216,17 @@ def interrupt_payload(interrupts: Iterable[Any]) -> list[JsonValue]:
 
 
 def produced_messages(
-    output: Any, baseline: set[str] | None, redact: Redactor | None = None
+    output: Any,
+    baseline: set[str] | None,
+    redact: Redactor | None = None,
+    payload_of: Callable[[BaseMessage], Any] | None = None,
 ) -> tuple[Any, bool, list[str] | None]:
     """What a root run produced: new messages only (never the thread's whole history), bounded.
 
     ``baseline`` holds the ids of the messages the thread had before this run; without it only the
     latest messages are kept and the result is flagged as truncated. ``redact`` hides secrets in
-    tool-call arguments and state keys, as in every other event (AI messages repeat their tool calls).
+    tool-call arguments and state keys, as in every other event (AI messages repeat their tool calls);
+    ``payload_of`` (the journal's cache of payloads it already wrote) replaces ``message_payload``.
     """
     if isinstance(output, Mapping):
         keys = sorted(str(key) for key in output)
@@ -234,7 +238,9 @@ def produced_messages(
                 new = messages
             truncated = len(new) > OUTPUT_MESSAGES_LIMIT or (baseline is None and len(new) > 1)
             keep = new[-OUTPUT_MESSAGES_LIMIT:] if baseline is not None else new[-1:]
-            if redact is not None:
+            if payload_of is not None:
+                keep = [payload_of(m) if isinstance(m, BaseMessage) else m for m in keep]
+            elif redact is not None:
                 keep = [message_payload(m, redact) if isinstance(m, BaseMessage) else m for m in keep]
             return {"messages": keep}, truncated, keys  # NewEvent normalizes once
         state = normalize({key: value for key, value in output.items() if key != "__interrupt__"})
