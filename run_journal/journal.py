@@ -209,7 +209,7 @@ class RunJournal(BaseCallbackHandler):
         """Journal one ``task_*`` stream chunk; malformed chunks are ignored (returns False)."""
         from run_journal.subagents import subagent_run_event  # lazy: subagents imports usage only
 
-        mapped = subagent_run_event(chunk)
+        mapped = subagent_run_event(chunk, redact=self._redact)
         if mapped is None:
             return False
         with self._lock:
@@ -515,6 +515,9 @@ class RunJournal(BaseCallbackHandler):
         elif mapped["event_type"] == "subagent.end":
             state.open_tasks.pop(task_id, None)
             usage = usage_from_mapping(content.get("usage"))
+            seen = self._tally.by_caller.get(caller)
+            if seen is not None and seen.llm_calls:
+                usage = None  # the subagent ran in-process: its model calls were already counted
             if usage is not None and task_id not in state.counted_tasks:
                 state.counted_tasks.add(task_id)
                 self._tally.add_external(caller, content.get("model"), usage)
@@ -527,7 +530,7 @@ class RunJournal(BaseCallbackHandler):
 
         for task_id in list(self._state.open_tasks):
             mapped = subagent_run_event({"type": "task_cancelled", "task_id": task_id,
-                                         "closed_by_journal": True})
+                                         "closed_by_journal": True}, redact=self._redact)
             if mapped is not None:
                 self._subagent_event(mapped)
         if missing:

@@ -164,3 +164,26 @@ async def test_recorders(store: RunEventStore) -> None:
     assert row.usage_by_model["m-1"].llm_calls == 1
     with pytest.raises(JournalError):
         journal.record("context:memory", content={"content_sha256": "0" * 64})
+
+
+async def test_in_process_subagent_usage_is_not_counted_twice() -> None:
+    """A subagent graph run in-process inherits the journal: its model calls are counted by the
+    callbacks, so the usage its terminal chunk repeats must not be added again."""
+    store = open_store("memory://")
+    journal = RunJournal(store, thread_id="t-sub")
+    reply = AIMessage("found it", usage_metadata={"input_tokens": 7, "output_tokens": 3, "total_tokens": 10})
+    model = GenericFakeChatModel(messages=iter([reply]))
+    root = uuid.uuid4()
+    journal.on_chain_start({}, {"messages": [HumanMessage("hi")]}, run_id=root)
+    journal.record_subagent_chunk({"type": "task_started", "task_id": "k1", "description": "look",
+                                   "subagent": "researcher"})
+    await model.ainvoke("look it up", config={"callbacks": [journal], "tags": ["subagent:researcher"]})
+    journal.record_subagent_chunk({"type": "task_completed", "task_id": "k1", "result": "found it",
+                                   "usage": {"input_tokens": 7, "output_tokens": 3, "total_tokens": 10}})
+    journal.on_chain_end({"messages": []}, run_id=root)
+    await journal.aclose()
+    row = await store.get_run(journal.run_id)
+    assert row is not None
+    bucket = row.usage_by_caller["subagent:researcher"]
+    assert (bucket.llm_calls, bucket.total_tokens) == (1, 10)
+    assert row.usage.total_tokens == 10
