@@ -42,7 +42,9 @@ from run_journal.writer import DeferredEvent, EventWriter, JournalError, Journal
 logger = logging.getLogger("run_journal")
 P = ParamSpec("P")
 R = TypeVar("R")
-_CANCELLED: Final = (asyncio.CancelledError, KeyboardInterrupt)
+_CANCELLED: Final = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
+"""How a root run that was stopped from outside ends: a cancelled task, Ctrl-C, a consumer that left
+a ``stream()`` / ``astream()`` early (the generator is closed)."""
 
 
 def _guarded(method: Callable[P, None]) -> Callable[P, None]:
@@ -110,6 +112,7 @@ class RunJournal(BaseCallbackHandler):
         self._tally = RunTally(pricing=pricing)
         self._payloads: dict[str, tuple[BaseMessage, Normalized]] = {}
         self._closed = False
+        self._reported_errors = 0
         self._writer = EventWriter(
             store, self._row_for, batch_size=batch_size, flush_interval=flush_interval,
             row_interval=row_interval, max_pending=max_pending, retry=retry,
@@ -127,22 +130,48 @@ class RunJournal(BaseCallbackHandler):
             return self._build_row(self._state.status)
 
     def unwritten_events(self) -> list[NewEvent]:
-        """Events still waiting for the store (after a failed flush: what would be lost)."""
-        return self._writer.unwritten()
+        """Events still waiting for the store (after a failed flush: what would be lost), including
+        events recorded for a run whose root never started."""
+        with self._lock:
+            held = [event for event in self._state.held if isinstance(event, NewEvent)]
+        return held + self._writer.unwritten()
 
     async def flush(self) -> None:
-        """Write every event queued so far and the run row; ``JournalError`` if that failed."""
+        """Write every event queued so far and the run row.
+
+        ``JournalError`` if the store refused them, or if a callback failed since the last flush (the
+        run itself went on; the log says what failed): journaling problems never pass silently.
+        """
         await self._writer.flush()
+        self._raise_for_lost_work()
 
     async def aclose(self) -> None:
         """Finish: an unfinished run is recorded as cancelled, then everything is flushed."""
         self._finish_unended()
         await self._writer.flush(closing=True)
+        self._raise_for_lost_work()
 
     def close(self) -> None:
         """``aclose()`` for sync code (the writer must not run on this thread's loop)."""
         self._finish_unended()
         self._writer.close_blocking()
+        self._raise_for_lost_work()
+
+    def _raise_for_lost_work(self) -> None:
+        with self._lock:
+            failed = self._writer.callback_errors - self._reported_errors
+            self._reported_errors = self._writer.callback_errors
+            held = 0 if self._state.started else len(self._state.held)
+        if held and self._closed:
+            raise JournalError(
+                f"{held} recorded event(s) were not written: the run they belong to never started "
+                "(no root callback reached this journal); see unwritten_events()"
+            )
+        if failed:
+            raise JournalError(
+                f"{failed} journal callback(s) failed (logged by the 'run_journal' logger); the run "
+                "went on, but its record may be incomplete"
+            )
 
     async def __aenter__(self) -> Self:
         return self
@@ -407,8 +436,8 @@ class RunJournal(BaseCallbackHandler):
         state.run_name = name
         content = {"run_name": name, "input_preview": p.input_preview(inputs)}
         user_meta = {k: v for k, v in (metadata or {}).items() if k not in p.LANGGRAPH_KEYS}
-        meta = {"caller": state.caller, "langgraph": self._redact(lg), "tags": list(tags or []),
-                "run_metadata": self._redact(user_meta)}
+        meta = {"caller": state.caller, "langgraph": p.bounded(self._redact(lg)), "tags": list(tags or []),
+                "run_metadata": p.bounded(self._redact(user_meta))}
         created = state.started_at
         if p.is_resume(inputs) and self.resumed_from is None:
             start: NewEvent | DeferredEvent = _ResumeStart(self, content, meta, created)

@@ -48,6 +48,21 @@ def capped(text: str, limit: int) -> tuple[str, bool]:
     return (text, False) if len(text) <= limit else (text[:limit] + "…", True)
 
 
+METADATA_PREVIEW_LIMIT: Final = 16 * 1024
+"""Bytes of user metadata kept in ``run.start``; larger metadata is replaced by its digest."""
+
+
+def bounded(value: Any, limit: int = METADATA_PREVIEW_LIMIT) -> JsonValue:
+    """``value`` normalized, or, when its JSON is over ``limit`` bytes, a digest that says so."""
+    data = normalize(value)
+    text = dumps(data)
+    if len(text) <= limit // 4 or len(text.encode("utf-8")) <= limit:
+        return data
+    keys = sorted(data)[:50] if isinstance(data, dict) else []
+    return {"truncated": True, "bytes": len(text.encode("utf-8")), "sha256": sha256_hex(text),
+            "keys": list(keys)}
+
+
 def langgraph_identity(metadata: Mapping[str, Any] | None) -> JsonObject:
     if not metadata:
         return {}

@@ -2,13 +2,15 @@
 
 The journal passes user-supplied metadata (LangGraph config metadata, tags are left alone) and every
 tool call's arguments through a ``redact`` hook before it builds an event. The default replaces the
-value of any key that names a credential, matched case-insensitively on word parts, so ``api_key``,
-``X-Api-Key``, ``Authorization``, ``db_password``, ``client_secret`` and ``access_token`` are hidden
-while ``max_tokens`` or ``input_tokens`` (counts, not secrets) are kept.
+value of any key that names a credential, matched case-insensitively on word parts (camelCase
+included), so ``api_key``, ``apiKey``, ``X-Api-Key``, ``Authorization``, ``db_password``,
+``clientSecret`` and ``access_token`` are hidden while ``max_tokens`` or ``input_tokens`` (counts, not
+secrets) are kept.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -20,15 +22,21 @@ Redactor = Callable[[Any], Any]
 
 _SECRET_KEY: Final = re.compile(
     r"(^|_)(api_?key|apikey|authorization|auth|password|passwd|pwd|secret|token|"
-    r"access_?token|refresh_?token|private_?key|credentials?|cookie|session_?id)($|_)"
+    r"access_?token|refresh_?token|private_?key|access_?key|secret_?key|credentials?|cookie|"
+    r"session_?id)($|_)"
 )
+_CAMEL_BOUNDARY: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 def is_secret_key(key: object) -> bool:
-    """Does this mapping key name a credential? (``-``, spaces and case are ignored)."""
-    if not isinstance(key, str):
-        return False
-    normalized = re.sub(r"[-\s.]+", "_", key.strip().lower())
+    """Does this mapping key name a credential? (camelCase, ``-``, spaces and case are ignored)."""
+    return isinstance(key, str) and _is_secret_name(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_secret_name(key: str) -> bool:
+    words = _CAMEL_BOUNDARY.sub("_", key.strip())  # clientSecret -> client_Secret
+    normalized = re.sub(r"[-\s.]+", "_", words.lower())
     return bool(_SECRET_KEY.search(normalized))
 
 

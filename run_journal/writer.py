@@ -301,6 +301,9 @@ class EventWriter:
             store = open_store(self._url)
             if await self._attempt(store.setup):
                 self._store = store
+            else:
+                with contextlib.suppress(Exception):  # the failure that matters is already recorded
+                    await store.aclose()
         return self._store
 
     async def _write_row(self, store: RunEventStore, *, force: bool) -> None:
@@ -311,7 +314,13 @@ class EventWriter:
         )
         if not due:
             return
-        row = self._row_source(self._status)
+        try:
+            row = self._row_source(self._status)
+        except Exception as error:  # noqa: BLE001 - reported by flush(), like a store failure
+            with self._lock:
+                self._failure = error
+                self._room.notify_all()
+            return
         if row is None or not await self._attempt(lambda: store.put_run(row)):
             return
         self._row_status, self._row_dirty = self._status, False
@@ -385,7 +394,10 @@ class EventWriter:
         loop = self._loop
         if loop is None:
             return
-        if loop.is_closed() or (self._task is not None and self._task.done() and not self._closing):
+        if self._task is not None and self._task.done():
+            self._check_finished_writer(self._task)
+            return
+        if loop.is_closed():
             raise JournalError(f"the writer's event loop is gone; {len(self._queue)} event(s) unwritten")
         try:
             running = asyncio.get_running_loop()
@@ -402,6 +414,19 @@ class EventWriter:
                     loop.call_soon_threadsafe(loop.stop)
                     await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
 
+    def _check_finished_writer(self, task: asyncio.Future[None]) -> None:
+        """After the writer stopped (closed, or crashed): nothing to do, or say what is unwritten."""
+        crash = None if task.cancelled() else task.exception()
+        if crash is not None:
+            raise JournalError(
+                f"the journal's writer stopped with {type(crash).__name__}: {crash}; "
+                f"{len(self._queue)} event(s) unwritten"
+            ) from crash
+        if self._queue:
+            raise self._error(self._failure) if self._failure else JournalError(
+                f"the journal is closed; {len(self._queue)} event(s) unwritten"
+            )
+
     def close_blocking(self) -> None:
         """``flush(closing=True)`` for sync code; refuses to block the writer's own loop."""
         loop = self._loop
@@ -412,6 +437,9 @@ class EventWriter:
                 "the journal's writer runs on this thread's event loop: use 'async with' or "
                 "'await journal.aclose()' instead of the sync form"
             )
+        if self._task is not None and self._task.done():
+            self._check_finished_writer(self._task)
+            return
         if loop.is_closed():
             raise JournalError(f"the writer's event loop is gone; {len(self._queue)} event(s) unwritten")
         try:

@@ -77,7 +77,9 @@ def test_pricing_and_unknown_models() -> None:
     ("key", "secret"),
     [("api_key", True), ("X-Api-Key", True), ("Authorization", True), ("db_password", True),
      ("client_secret", True), ("access_token", True), ("token", True), ("max_tokens", False),
-     ("input_tokens", False), ("query", False)],
+     ("input_tokens", False), ("query", False), ("clientSecret", True), ("authToken", True),
+     ("sessionToken", True), ("dbPassword", True), ("accessKey", True), ("apiKey", True),
+     ("maxTokens", False), ("tokenizer", False), ("author", False)],
 )
 def test_default_redaction(key: str, secret: bool) -> None:
     assert is_secret_key(key) is secret

@@ -1,0 +1,77 @@
+"""Edge cases a reviewer found: nothing about a run may be lost or mislabelled without a word."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.graph import START, MessagesState, StateGraph
+
+from run_journal import JournalError, RunEventStore, RunJournal, status_of
+
+
+def _two_step_graph() -> Any:
+    model = GenericFakeChatModel(messages=iter([AIMessage("one"), AIMessage("two")]))
+
+    async def first(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    async def second(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("first", first)
+    graph.add_node("second", second)
+    graph.add_edge(START, "first")
+    graph.add_edge("first", "second")
+    return graph.compile()
+
+
+async def test_huge_config_metadata_is_digested_not_fatal(store: RunEventStore) -> None:
+    journal = RunJournal(store, thread_id="big-meta")
+    config = {"callbacks": [journal], "metadata": {"blob": "x" * 1_100_000, "tenant": "acme"}}
+    await _two_step_graph().ainvoke({"messages": [HumanMessage("hi")]}, config)
+    await journal.aclose()
+    events = await store.list_events("big-meta")
+    assert next(e.event_type for e in events) == "run.start"
+    assert status_of(events) == "success"
+    digest = events[0].metadata["run_metadata"]
+    assert digest["truncated"] is True
+    assert {"blob", "tenant"} <= set(digest["keys"])
+    assert digest["bytes"] > 1_100_000
+
+
+async def test_events_recorded_for_a_run_that_never_started_are_reported(store: RunEventStore) -> None:
+    journal = RunJournal(store, thread_id="never")
+    journal.record_memory_context(content="remember the tea")
+    journal.record_middleware("guardrail", name="guard", hook="before_model", action="none", changes={})
+    with pytest.raises(JournalError, match="2 recorded event"):
+        await journal.aclose()
+    assert [e.event_type for e in journal.unwritten_events()] == ["context:memory", "middleware:guardrail"]
+    assert await store.list_events("never") == []
+
+
+async def test_flush_after_close_returns_at_once(store: RunEventStore) -> None:
+    journal = RunJournal(store, thread_id="closed")
+    await _two_step_graph().ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+    await journal.aclose()
+    await asyncio.wait_for(journal.flush(), 5)
+    await asyncio.wait_for(journal.aclose(), 5)
+
+
+async def test_a_consumer_leaving_astream_early_cancels_the_run(store: RunEventStore) -> None:
+    journal = RunJournal(store, thread_id="left-early")
+    stream = _two_step_graph().astream({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+    async for _ in stream:
+        break
+    await stream.aclose()
+    await journal.aclose()
+    events = await store.list_events("left-early")
+    assert status_of(events) == "cancelled"
+    assert [e.event_type for e in events if e.category == "error"] == ["run.cancel"]
+    row = await store.get_run(journal.run_id)
+    assert row is not None
+    assert row.status == "cancelled"
