@@ -1,5 +1,8 @@
 """run-journal: a durable, ordered, append-only record of every LangChain / LangGraph agent run."""
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from run_journal.catalog import Category, middleware_event_type
 from run_journal.envelope import NewEvent, RunEvent
 from run_journal.journal import RunJournal
@@ -15,17 +18,42 @@ from run_journal.workspace import (
 )
 from run_journal.writer import JournalError, JournalStats, RetryPolicy
 
+if TYPE_CHECKING:
+    from run_journal.stores.jsonl import JsonlRunEventStore
+    from run_journal.stores.memory import MemoryRunEventStore
+    from run_journal.stores.redis import RedisRunEventStore
+    from run_journal.stores.sql import SqlRunEventStore
+
+_BACKENDS = {
+    "MemoryRunEventStore": "run_journal.stores.memory",
+    "JsonlRunEventStore": "run_journal.stores.jsonl",
+    "SqlRunEventStore": "run_journal.stores.sql",
+    "RedisRunEventStore": "run_journal.stores.redis",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Store classes load on first use: SQLAlchemy and the Redis client are only paid for when used."""
+    if name in _BACKENDS:
+        return getattr(importlib.import_module(_BACKENDS[name]), name)
+    raise AttributeError(f"module 'run_journal' has no attribute {name!r}")
+
+
 __all__ = [
     "Category",
     "JournalError",
     "JournalStats",
+    "JsonlRunEventStore",
+    "MemoryRunEventStore",
     "NewEvent",
+    "RedisRunEventStore",
     "RetryPolicy",
     "RunEvent",
     "RunEventStore",
     "RunJournal",
     "RunRow",
     "RunStatus",
+    "SqlRunEventStore",
     "StoreError",
     "UsageTotals",
     "WorkspaceLimits",
