@@ -32,6 +32,7 @@ except ImportError as error:  # pragma: no cover - only hit when the dev extra i
         "run_journal.testing is a pytest suite: pip install 'run-journal[dev]'"
     ) from error
 
+from run_journal.catalog import TERMINAL_RUN_EVENTS, category_of
 from run_journal.envelope import NewEvent, RunEvent, dumps, normalize
 from run_journal.runs import RunRow, RunStatus, UsageTotals
 from run_journal.stores.base import MAX_PAGE, RunEventStore, StoreClosedError
@@ -384,6 +385,127 @@ class RunEventStoreConformance:
         winner = next(event for event, created in results if created)
         assert {event.event_id for event, _ in results} == {winner.event_id}
         assert [e.event_id for e in await read_all(store, "t")] == [winner.event_id]
+
+    async def test_put_if_absent_exclusive_types_writes_one_terminal_event(
+        self, store: RunEventStore
+    ) -> None:
+        kinds = sorted(TERMINAL_RUN_EVENTS)
+        results = await asyncio.gather(
+            *(
+                store.put_if_absent(
+                    thread_id="t", run_id="r", event_type=kinds[i % len(kinds)],
+                    category=category_of(kinds[i % len(kinds)]).value, content=i,
+                    event_id=f"end{i}", exclusive_types=TERMINAL_RUN_EVENTS,
+                )
+                for i in range(20)
+            )
+        )
+        assert sum(created for _, created in results) == 1
+        winner = next(event for event, created in results if created)
+        assert {event.event_id for event, _ in results} == {winner.event_id}
+        stored = await read_all(store, "t")
+        assert [e.event_id for e in stored] == [winner.event_id]
+        other, created = await store.put_if_absent(  # another run is not affected
+            thread_id="t", run_id="r2", event_type="run.cancel", category="error",
+            exclusive_types=TERMINAL_RUN_EVENTS,
+        )
+        assert created
+        assert (other.seq, other.run_id) == (2, "r2")
+        plain = await store.put(thread_id="t", run_id="r3", event_type="run.error", category="error")
+        late, created_late = await store.put_if_absent(
+            thread_id="t", run_id="r3", event_type="run.end", category="outputs",
+            exclusive_types=["run.error", "run.end"],
+        )
+        assert not created_late
+        assert late.to_dict() == plain.to_dict()
+        with pytest.raises(TypeError):
+            await store.put_if_absent(
+                thread_id="t", run_id="r4", event_type="run.end", category="outputs",
+                exclusive_types="run.end",
+            )
+        assert await store.last_seq("t") == 3
+
+    async def test_put_run_refuses_to_move_a_run_to_another_thread(self, store: RunEventStore) -> None:
+        await store.put_run(RunRow(run_id="r", thread_id="home", status=RunStatus.RUNNING))
+        for status in (RunStatus.RUNNING, RunStatus.SUCCESS):
+            with pytest.raises(ValueError, match=r"home.*elsewhere|elsewhere.*home"):
+                await store.put_run(RunRow(run_id="r", thread_id="elsewhere", status=status))
+        stored = await store.get_run("r")
+        assert stored is not None
+        assert (stored.thread_id, stored.status) == ("home", RunStatus.RUNNING)
+        assert await store.list_runs("elsewhere") == []
+        assert [row.run_id for row in await store.list_runs("home")] == ["r"]
+        assert [(row.run_id, row.thread_id) for row in await store.list_runs()] == [("r", "home")]
+
+    async def test_delete_by_thread_never_reuses_a_seq(self, store: RunEventStore) -> None:
+        await store.put_batch([new_event("t", "r") for _ in range(3)])
+        assert await store.delete_by_thread("t") == 3
+        assert await store.last_seq("t") == 3
+        assert await store.list_threads() == []
+        again = await store.put(thread_id="t", run_id="r2", event_type="tool.call", category="trace")
+        assert again.seq == 4
+        assert [e.seq for e in await read_all(store, "t")] == [4]
+        assert [e.seq for e in await store.list_events("t", after_seq=3)] == [4]
+
+    async def test_list_runs_refuses_a_single_status_string(self, store: RunEventStore) -> None:
+        await store.put_run(RunRow(run_id="r", thread_id="t", status=RunStatus.RUNNING))
+        with pytest.raises(TypeError):
+            await store.list_runs(statuses="running")
+        with pytest.raises(TypeError):
+            await store.list_runs("t", statuses="running")
+        assert [row.run_id for row in await store.list_runs(statuses=("running",))] == ["r"]
+
+    async def test_list_runs_order_is_started_at_else_first_put_then_run_id(
+        self, store: RunEventStore
+    ) -> None:
+        early = datetime(2001, 1, 1, tzinfo=UTC)
+        await store.put_run(RunRow(run_id="b-first-put", thread_id="t"))
+        await asyncio.sleep(0.01)
+        await store.put_run(RunRow(run_id="a-second-put", thread_id="t"))
+        await store.put_run(RunRow(run_id="z-started", thread_id="t", started_at=early))
+        await store.put_run(RunRow(run_id="y-started", thread_id="t", started_at=early))
+        await store.put_run(RunRow(run_id="x-started", thread_id="u", started_at=early - timedelta(1)))
+        # a later update of a row without started_at does not move it
+        later = datetime.now(UTC) + timedelta(days=365)
+        await store.put_run(RunRow(run_id="b-first-put", thread_id="t", updated_at=later))
+        expected = ["y-started", "z-started", "b-first-put", "a-second-put"]
+        assert [row.run_id for row in await store.list_runs("t")] == expected
+        assert [row.run_id for row in await store.list_runs()] == ["x-started", *expected]
+
+    @pytest.mark.parametrize("bad", ["a/b", "", ".."])
+    async def test_reads_refuse_an_invalid_user_id(self, store: RunEventStore, bad: str) -> None:
+        await store.put(thread_id="t", run_id="r", event_type="llm.ai.response", category="message")
+        reads: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.list_threads(user_id=bad),
+            lambda: store.count_messages("t", user_id=bad),
+            lambda: store.list_messages("t", user_id=bad),
+            lambda: store.list_messages_by_run("t", "r", user_id=bad),
+            lambda: store.list_events("t", user_id=bad),
+            lambda: anext(aiter(store.follow("t", user_id=bad))),
+        ]
+        for read in reads:
+            with pytest.raises(ValueError, match="user_id"):
+                async with asyncio.timeout(GUARD):
+                    await read()
+
+    async def test_list_threads_pages_with_after(self, store: RunEventStore) -> None:
+        names = ["a", "b", "bb", "c", "d", "e"]
+        await store.put_batch([new_event(name, "r", user_id="u" if name != "c" else "v") for name in names])
+        pages: list[list[str]] = []
+        cursor: str | None = None
+        while True:
+            page = await store.list_threads(limit=2, after=cursor)
+            if not page:
+                break
+            pages.append(page)
+            cursor = page[-1]
+        assert pages == [["a", "b"], ["bb", "c"], ["d", "e"]]
+        assert await store.list_threads(after="b") == ["bb", "c", "d", "e"]
+        assert await store.list_threads(after="ba", limit=1) == ["bb"]
+        assert await store.list_threads(after="e") == []
+        assert await store.list_threads(user_id="u", after="bb") == ["d", "e"]
+        with pytest.raises(ValueError, match="after"):
+            await store.list_threads(after="a/b")
 
     async def test_delete_by_thread(self, store: RunEventStore) -> None:
         await store.put_batch([new_event("gone", f"r{i % 2}") for i in range(5)])

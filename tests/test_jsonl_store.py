@@ -268,7 +268,7 @@ def test_the_lock_file_is_never_removed_so_processes_share_one_inode(tmp_path: P
             inode = os.stat(lock).st_ino
             await store.delete_by_thread("t")
             assert os.stat(lock).st_ino == inode
-            assert await put(store) == 1
+            assert await put(store) == 2  # the counter outlives the events
 
     asyncio.run(scenario())
 
@@ -278,3 +278,30 @@ async def test_a_run_row_cannot_move_to_another_thread(store: JsonlRunEventStore
     with pytest.raises(ValueError, match="belongs to thread 't1'"):
         await store.put_run(RunRow(run_id="r", thread_id="t2"))
     assert [row.thread_id for row in await store.list_runs()] == ["t1"]
+
+
+async def test_two_stores_racing_one_run_into_two_threads_give_it_one_owner(tmp_path: Path) -> None:
+    """The ownership check is the run pointer's exclusive creation, not a per-thread lock, so two
+    writers (processes, here two stores with worker threads) holding different thread locks can
+    not both claim a run."""
+    async with JsonlRunEventStore(tmp_path / "j") as a, JsonlRunEventStore(tmp_path / "j") as b:
+        runs = [f"r{n}" for n in range(40)]
+        results = await asyncio.gather(
+            *(
+                store.put_run(RunRow(run_id=run_id, thread_id=thread_id))
+                for run_id in runs
+                for store, thread_id in ((a, "t1"), (b, "t2"))
+            ),
+            return_exceptions=True,
+        )
+        for run_id, pair in zip(runs, zip(results[::2], results[1::2], strict=True), strict=True):
+            won = [result for result in pair if isinstance(result, RunRow)]
+            lost = [result for result in pair if isinstance(result, ValueError)]
+            assert (len(won), len(lost)) == (1, 1), (run_id, pair)
+            stored = await a.get_run(run_id)
+            assert stored is not None
+            assert stored.thread_id == won[0].thread_id
+        listed = [row.run_id for row in await a.list_runs("t1")] + [
+            row.run_id for row in await a.list_runs("t2")
+        ]
+        assert sorted(listed) == sorted(runs)

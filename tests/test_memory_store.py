@@ -110,7 +110,7 @@ async def test_closing_wakes_a_waiting_follower(store: MemoryRunEventStore) -> N
         assert await task == []
 
 
-async def test_counter_survives_delete_by_run_and_resets_with_delete_by_thread(
+async def test_counter_survives_delete_by_run_and_delete_by_thread(
     store: MemoryRunEventStore,
 ) -> None:
     for run_id in ("a", "b", "b"):
@@ -123,8 +123,8 @@ async def test_counter_survives_delete_by_run_and_resets_with_delete_by_thread(
     assert await store.list_threads() == []  # no events left, although the counter is kept
     assert await store.last_seq("t") == 4
     assert await store.delete_by_thread("t") == 0
-    assert await store.last_seq("t") == 0
-    assert (await store.put(thread_id="t", run_id="d", event_type="tool.call", category="trace")).seq == 1
+    assert await store.last_seq("t") == 4  # seq is never reused, not even after delete_by_thread
+    assert (await store.put(thread_id="t", run_id="d", event_type="tool.call", category="trace")).seq == 5
 
 
 async def test_an_event_id_is_unique_per_thread_not_per_store(store: MemoryRunEventStore) -> None:

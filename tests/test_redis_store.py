@@ -169,12 +169,13 @@ async def test_deletes_leave_no_key_behind(store: RedisRunEventStore, raw: aiore
     assert await store.delete_by_run("t", "b") == 3
     assert await store.list_threads() == []
     assert await store.list_threads(user_id="u") == []
-    assert await keys_of(raw, store.prefix) == {"contract", "runs/order", "t/t/seq"}
+    assert await keys_of(raw, store.prefix) == {"contract", "t/t/seq"}
     assert await store.last_seq("t") == 6
     await store.put(thread_id="t", run_id="c", event_type="tool.call", category="trace", user_id="u")
     await store.put_run(RunRow(run_id="c", thread_id="t"))
     assert await store.delete_by_thread("t") == 1
-    assert await keys_of(raw, store.prefix) == {"contract", "runs/order"}
+    assert await keys_of(raw, store.prefix) == {"contract", "t/t/seq"}  # seq is never reused
+    assert await store.last_seq("t") == 7
 
 
 async def test_retention_sets_and_refreshes_a_ttl_on_every_key(url: str, raw: aioredis.Redis) -> None:

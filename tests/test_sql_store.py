@@ -143,6 +143,31 @@ async def test_two_processes_set_up_a_fresh_store_at_once(sql_url: str) -> None:
         assert (await recorded_meta(store))["schema_version"] == str(SCHEMA_VERSION)
 
 
+async def test_a_v1_store_gains_first_put_at_and_keeps_its_run_order(sql_url: str) -> None:
+    """Schema v2 adds ``run_journal_runs.first_put_at`` (backfilled from ``updated_at``)."""
+    from datetime import UTC, datetime
+
+    from sqlalchemy import text
+
+    from run_journal import RunRow
+
+    async with open_store(sql_url) as store:
+        assert isinstance(store, SqlRunEventStore)
+        old = datetime(2020, 1, 1, tzinfo=UTC)
+        await store.put_run(RunRow(run_id="b-old", thread_id="t", updated_at=old))
+        await store.put_run(RunRow(run_id="a-new", thread_id="t"))
+        table = f'"{store.schema_name}".run_journal_runs' if store.schema_name else "run_journal_runs"
+        async with store._writer.begin() as conn:  # make it look like a v1 store
+            await conn.execute(text(f"ALTER TABLE {table} DROP COLUMN first_put_at"))
+        await set_meta(store, "schema_version", "1")
+    async with open_store(sql_url) as store:
+        assert isinstance(store, SqlRunEventStore)
+        assert (await recorded_meta(store))["schema_version"] == str(SCHEMA_VERSION) == "2"
+        assert [row.run_id for row in await store.list_runs("t")] == ["b-old", "a-new"]
+        await store.put_run(RunRow(run_id="b-old", thread_id="t"))  # an update does not move it
+        assert [row.run_id for row in await store.list_runs("t")] == ["b-old", "a-new"]
+
+
 async def test_concurrent_setup_in_one_process(sql_url: str) -> None:
     stores = [open_store(sql_url) for _ in range(4)]
     await asyncio.gather(*(store.setup() for store in stores))

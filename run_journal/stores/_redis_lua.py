@@ -11,8 +11,9 @@ Key layout (``P`` is the store prefix, ``B`` = ``P t/<thread>/``):
 (score = seq): ``B all``, ``B msg``, ``B r/<run>/all``, ``B r/<run>/msg``, ``B ty/<type>``,
 ``B r/<run>/ty/<type>``, ``B task/<sha1(task_id)>``, ``B u/<user>/all``, ``B u/<user>/msg``;
 ``B keys`` (set of the dynamic index keys, for deletes and TTL), ``B users``, ``B runs`` (run ids,
-score = first-write order); global: ``P threads``, ``P u/<user>/threads`` (lexical sets), ``P run/<run>``
-(run row hash), ``P runs``, ``P runs/order``. Channel ``B new`` carries the last seq after each append.
+score = started_at or else first put_run, epoch microseconds); global: ``P threads``,
+``P u/<user>/threads`` (lexical sets), ``P run/<run>`` (run row hash), ``P runs`` (as ``B runs``).
+Channel ``B new`` carries the last seq after each append.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ local function unlink_all(keys)
 end
 
 -- Remove every key of a thread (and its entries in the global sets); returns the number of events.
+-- with_runs: also its run rows, and keep the seq counter (a delete never lets a seq be reused).
 local function drop_thread(P, T, B, with_runs)
   local count = redis.call('ZCARD', B .. 'all')
   for _, user in ipairs(redis.call('SMEMBERS', B .. 'users')) do
@@ -46,17 +48,21 @@ local function drop_thread(P, T, B, with_runs)
   end
   local dynamic = redis.call('SMEMBERS', B .. 'keys')
   if #dynamic > 0 then unlink_all(dynamic) end
-  unlink_all(fixed_keys(B))
+  local fixed = fixed_keys(B)
+  if with_runs then table.remove(fixed, 1) end -- fixed[1] is the seq counter
+  unlink_all(fixed)
   redis.call('ZREM', P .. 'threads', T)
   return count
 end
 """
 
 APPEND: Final = _FIXED_KEYS + """
--- ARGV: prefix, thread_id, mode ('append' | 'once'), ttl_seconds, then 7 fields per event:
--- event_id, run_id, event_type, is_message ('1'/'0'), task key ('' or sha1), user_id ('' or id), record.
+-- ARGV: prefix, thread_id, mode ('append' | 'once'), ttl_seconds, n, then n event types (mode
+-- 'once': the run may hold none of them), then 7 fields per event: event_id, run_id, event_type,
+-- is_message ('1'/'0'), task key ('' or sha1), user_id ('' or id), record.
 -- Returns seq, stored-record-or-false per event (a record when the event was stored before).
 local P, T, mode, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local nx = tonumber(ARGV[5])
 local B = P .. 't/' .. T .. '/'
 local last = tonumber(redis.call('GET', B .. 'seq') or '0')
 if last == 0 and redis.call('EXISTS', B .. 'ev', B .. 'ids', B .. 'keys') > 0 then
@@ -66,14 +72,18 @@ end
 
 -- decide: no writes in this loop
 local out, plan, fresh = {}, {}, {}
-for o = 5, #ARGV, 7 do
+for o = 6 + nx, #ARGV, 7 do
   local eid = ARGV[o]
   local seq, stored = fresh[eid], false
   if not seq then
     local known = redis.call('HGET', B .. 'ids', eid)
     if known then stored = redis.call('HGET', B .. 'ev', known) end
     if not stored and mode == 'once' then
-      known = redis.call('ZRANGE', B .. 'r/' .. ARGV[o + 1] .. '/ty/' .. ARGV[o + 2], 0, 0)[1]
+      known = nil
+      for x = 6, 5 + nx do -- the run's first event of any exclusive type
+        local first = redis.call('ZRANGE', B .. 'r/' .. ARGV[o + 1] .. '/ty/' .. ARGV[x], 0, 0)[1]
+        if first and (not known or tonumber(first) < tonumber(known)) then known = first end
+      end
       if known then stored = redis.call('HGET', B .. 'ev', known) end
     end
     if stored then
@@ -155,7 +165,8 @@ return '[' .. table.concat(parts, ',') .. ']'
 """
 
 DELETE_THREAD: Final = _FIXED_KEYS + """
--- ARGV: prefix, thread_id. Deletes events, indexes, counter and run rows of the thread.
+-- ARGV: prefix, thread_id. Deletes events, indexes and run rows of the thread; the counter stays,
+-- so new events continue above the highest seq ever assigned.
 local P, T = ARGV[1], ARGV[2]
 return drop_thread(P, T, P .. 't/' .. T .. '/', true)
 """
@@ -218,21 +229,26 @@ return #seqs
 """
 
 PUT_RUN: Final = """
--- ARGV: prefix, run_id, thread_id, status, row JSON, ttl_seconds, terminal statuses...
--- A stored terminal status only accepts the same status; returns the stored row JSON when refused.
+-- ARGV: prefix, run_id, thread_id, status, row JSON, ttl_seconds, started_at (epoch microseconds
+-- or ''), now (epoch microseconds), terminal statuses...
+-- Refused (nothing written): a run of another thread returns {'thread', owner}; a stored terminal
+-- status only accepts the same status and returns the stored row JSON otherwise.
+-- Sort score (list_runs): started_at, else the time of the first put_run; equal scores sort by run id.
 local P, run, T, status, row, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 local key = P .. 'run/' .. run
-local current = redis.call('HMGET', key, 'status', 'thread_id', 'order', 'row')
+local current = redis.call('HMGET', key, 'status', 'thread_id', 'first_put', 'row')
+if current[2] and current[2] ~= T then return {'thread', current[2]} end
 if current[1] and current[1] ~= status then
-  for i = 7, #ARGV do
+  for i = 9, #ARGV do
     if ARGV[i] == current[1] then return current[4] end
   end
 end
-local order = current[3] or redis.call('INCR', P .. 'runs/order')
-if current[2] and current[2] ~= T then redis.call('ZREM', P .. 't/' .. current[2] .. '/runs', run) end
-redis.call('HSET', key, 'status', status, 'thread_id', T, 'order', order, 'row', row)
-redis.call('ZADD', P .. 't/' .. T .. '/runs', order, run)
-redis.call('ZADD', P .. 'runs', order, run)
+local first_put = current[3] or ARGV[8]
+local score = first_put
+if ARGV[7] ~= '' then score = ARGV[7] end
+redis.call('HSET', key, 'status', status, 'thread_id', T, 'first_put', first_put, 'row', row)
+redis.call('ZADD', P .. 't/' .. T .. '/runs', score, run)
+redis.call('ZADD', P .. 'runs', score, run)
 if ttl > 0 then
   redis.call('EXPIRE', key, ttl)
   redis.call('EXPIRE', P .. 't/' .. T .. '/runs', ttl)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Final, Self
 
 from run_journal.catalog import LEGACY_ALIASES, canonical_event_type
-from run_journal.envelope import JsonObject, JsonValue, NewEvent, RunEvent
+from run_journal.envelope import JsonObject, JsonValue, NewEvent, RunEvent, validate_id
 from run_journal.runs import RunRow
 
 CONTRACT_MAJOR: Final = 1
@@ -68,9 +68,36 @@ def check_cursor(name: str, value: int | None) -> int | None:
     return value
 
 
-def message_event_types() -> tuple[str, ...]:
-    """Names that count as model messages when reading, the legacy alias included."""
-    return ("llm.ai.response", *LEGACY_ALIASES)
+def check_user_id(user_id: str | None) -> str | None:
+    """A read's ``user_id`` filter: ``None`` or a valid id (ValueError otherwise, on every backend)."""
+    return None if user_id is None else validate_id("user_id", user_id)
+
+
+def check_after_thread(after: str | None) -> str | None:
+    """``list_threads``' cursor: ``None`` or a thread id (ValueError otherwise)."""
+    return None if after is None else validate_id("after", after)
+
+
+def check_statuses(statuses: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``list_runs``' status filter as a tuple of names; a single string is a TypeError."""
+    if statuses is None:
+        return None
+    if isinstance(statuses, str):
+        raise TypeError("statuses must be a sequence of status names, not a single string")
+    return tuple(str(status) for status in statuses)
+
+
+def exclusive_set(event_type: str, exclusive_types: Collection[str] | None) -> tuple[str, ...]:
+    """The event types ``put_if_absent`` checks: ``exclusive_types`` plus the event's own, sorted."""
+    if exclusive_types is None:
+        return (event_type,)
+    if isinstance(exclusive_types, str):
+        raise TypeError("exclusive_types must be a collection of event types, not a single string")
+    names = set(exclusive_types)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"exclusive_types holds event type names, got {name!r}")
+    return tuple(sorted(names | {event_type}))
 
 
 class RunEventStore(abc.ABC):
@@ -155,11 +182,17 @@ class RunEventStore(abc.ABC):
         created_at: datetime | None = None,
         event_id: str | None = None,
         user_id: str | None = None,
+        exclusive_types: Collection[str] | None = None,
     ) -> tuple[RunEvent, bool]:
         """Write a run-scoped singleton: the first event of ``event_type`` in the run wins.
 
-        Returns ``(event, True)`` when this call wrote it, ``(existing, False)`` otherwise; atomic
-        against concurrent callers in other tasks and processes.
+        ``exclusive_types`` widens the singleton to a group: the event is written only if the run has
+        no event of ANY of those types (its own ``event_type`` is always included), e.g.
+        ``exclusive_types=catalog.TERMINAL_RUN_EVENTS`` gives a run exactly one terminal event. The
+        check and the write are one atomic step against concurrent callers in other tasks and
+        processes. Returns ``(event, True)`` when this call wrote it; otherwise ``(existing, False)``:
+        the stored event with the same ``event_id`` (a retry) if there is one, else the run's first
+        event (lowest seq) of those types.
         """
         event = as_new_event(
             {
@@ -168,15 +201,18 @@ class RunEventStore(abc.ABC):
                 "created_at": created_at, "event_id": event_id, "user_id": user_id,
             }
         )
+        types = exclusive_set(event.event_type, exclusive_types)
         self._check_open()
-        return await self._put_if_absent(event)
+        return await self._put_if_absent(event, types)
 
     @abc.abstractmethod
     async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
         """Persist a validated batch atomically per thread, assigning seq; dedupe by event_id."""
 
     @abc.abstractmethod
-    async def _put_if_absent(self, event: NewEvent) -> tuple[RunEvent, bool]: ...
+    async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
+        """Atomically: the stored event with ``event.event_id``, else the run's first event of any of
+        ``types`` (which includes ``event.event_type``), else write ``event``."""
 
     # -- reads -----------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -230,8 +266,13 @@ class RunEventStore(abc.ABC):
     async def count_messages(self, thread_id: str, *, user_id: str | None = None) -> int: ...
 
     @abc.abstractmethod
-    async def list_threads(self, *, user_id: str | None = None, limit: int = 1000) -> list[str]:
-        """Thread ids that hold events, ascending."""
+    async def list_threads(
+        self, *, user_id: str | None = None, limit: int = 1000, after: str | None = None
+    ) -> list[str]:
+        """Thread ids that hold events, ascending: the first ``limit`` strictly greater than ``after``.
+
+        Page through every thread by passing the last id of a page as the next ``after``.
+        """
 
     @abc.abstractmethod
     async def last_seq(self, thread_id: str) -> int:
@@ -242,10 +283,12 @@ class RunEventStore(abc.ABC):
     ) -> AsyncIterator[RunEvent]:
         """Yield the thread's events above ``after_seq`` as they are written, until closed.
 
-        Stops when the store is closed or the consumer stops iterating (``aclose()`` on the
+        ``user_id`` is checked like every read's (ValueError for an invalid id). Stops when the
+        store is closed or the consumer stops iterating (``aclose()`` on the
         iterator, or leaving an ``async for``). Sees writes from other processes too.
         """
         cursor = check_cursor("after_seq", after_seq) or 0
+        check_user_id(user_id)
         while not self._closed:
             page = await self.list_events(thread_id, limit=500, after_seq=cursor, user_id=user_id)
             for event in page:
@@ -274,12 +317,20 @@ class RunEventStore(abc.ABC):
     async def list_runs(
         self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
     ) -> list[RunRow]:
-        """Run rows of a thread (or of every thread), oldest first; optionally by status."""
+        """Run rows of a thread (or of every thread), optionally by status (a sequence of names).
+
+        Order, on every backend: by ``started_at``, or for a row without one, by the time of the
+        first ``put_run`` of that run (a later update never moves it); ties by ``run_id``.
+        """
 
     # -- deletes ---------------------------------------------------------------------------------
     @abc.abstractmethod
     async def delete_by_thread(self, thread_id: str) -> int:
-        """Delete a thread's events and run rows; returns the number of events deleted."""
+        """Delete a thread's events and run rows; returns the number of events deleted.
+
+        The thread's seq counter is kept: new events of the thread continue above the highest seq
+        ever assigned (``last_seq`` is unchanged), so a follower's cursor never skips them.
+        """
 
     @abc.abstractmethod
     async def delete_by_run(self, thread_id: str, run_id: str) -> int:

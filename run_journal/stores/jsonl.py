@@ -20,11 +20,13 @@ per run, message counts), revalidated against the file under the lock before eac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
 import re
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -39,8 +41,11 @@ from run_journal.stores.base import (
     CONTRACT_VERSION,
     IncompatibleStoreError,
     RunEventStore,
+    check_after_thread,
     check_cursor,
     check_limit,
+    check_statuses,
+    check_user_id,
     expand_event_types,
     metadata_task_id,
 )
@@ -131,18 +136,22 @@ class JsonlRunEventStore(RunEventStore):
             by_thread.setdefault(event.thread_id, []).append(position)
         results: list[RunEvent | None] = [None] * len(batch)
         for thread_id, positions in by_thread.items():
-            stored = self._write_thread(thread_id, [batch[i] for i in positions], singleton=False)
+            stored = self._write_thread(thread_id, [batch[i] for i in positions], exclusive=None)
             for position, (written, _) in zip(positions, stored, strict=True):
                 results[position] = written
         return [event for event in results if event is not None]
 
-    async def _put_if_absent(self, event: NewEvent) -> tuple[RunEvent, bool]:
-        return await self._run(lambda: self._write_thread(event.thread_id, [event], singleton=True)[0])
+    async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
+        return await self._run(lambda: self._write_thread(event.thread_id, [event], exclusive=types)[0])
 
     def _write_thread(
-        self, thread_id: str, events: list[NewEvent], *, singleton: bool
+        self, thread_id: str, events: list[NewEvent], *, exclusive: tuple[str, ...] | None
     ) -> list[tuple[RunEvent, bool]]:
-        """Under the thread lock: dedupe, assign seqs from the committed count, append, commit."""
+        """Under the thread lock: dedupe, assign seqs from the committed count, append, commit.
+
+        ``exclusive`` (``put_if_absent``): an event is not written when its run already has an
+        event of one of those types; the first such event is returned instead.
+        """
         directory = self._thread_dir(thread_id)
         with log.locked(directory):
             view = log.open_for_write(directory, thread_id, durable=self.durable)
@@ -153,8 +162,12 @@ class JsonlRunEventStore(RunEventStore):
                 lines: list[bytes] = []
                 for event in events:
                     seq = facts.event_ids.get(event.event_id)
-                    if singleton and seq is None:
-                        seq = facts.first_of_type.get((event.run_id, event.event_type))
+                    if exclusive is not None and seq is None:
+                        seq = min(
+                            (found for name in exclusive
+                             if (found := facts.first_of_type.get((event.run_id, name))) is not None),
+                            default=None,
+                        )
                     if seq is not None:
                         results.append((_existing(view, seq), False))
                     elif event.event_id in fresh:
@@ -238,6 +251,7 @@ class JsonlRunEventStore(RunEventStore):
         return await self._run(self._page, thread_id, keep, check_limit(limit), None, cursor)
 
     async def count_messages(self, thread_id: str, *, user_id: str | None = None) -> int:
+        check_user_id(user_id)
         facts = await self._run(self._current_facts, thread_id)
         return facts.messages if user_id is None else facts.messages_by_user[user_id]
 
@@ -246,15 +260,19 @@ class JsonlRunEventStore(RunEventStore):
         with log.snapshot(directory) as view:
             return self._facts.refresh(directory, view)
 
-    async def list_threads(self, *, user_id: str | None = None, limit: int = 1000) -> list[str]:
+    async def list_threads(
+        self, *, user_id: str | None = None, limit: int = 1000, after: str | None = None
+    ) -> list[str]:
         check_limit(limit)
-        return await self._run(self._list_threads, user_id, limit)
+        check_user_id(user_id)
+        check_after_thread(after)
+        return await self._run(self._list_threads, user_id, limit, after)
 
-    def _list_threads(self, user_id: str | None, limit: int) -> list[str]:
+    def _list_threads(self, user_id: str | None, limit: int, after: str | None) -> list[str]:
         names = []
         for directory in (self.root / "threads").iterdir():
             meta = log.read_meta(directory)
-            if meta is None:
+            if meta is None or (after is not None and meta["thread_id"] <= after):
                 continue
             facts = self._current_facts(meta["thread_id"])
             if facts.live and (user_id is None or facts.users[user_id] > 0):
@@ -276,7 +294,7 @@ class JsonlRunEventStore(RunEventStore):
         path = self._run_file(row.thread_id, row.run_id)
         pointer = self._run_pointer(row.run_id)
         with log.locked(path.parent.parent):
-            owner = pointer.read_text("utf-8") if pointer.exists() else row.thread_id
+            owner = self._claim_run(pointer, row.thread_id)
             if owner != row.thread_id:
                 raise ValueError(f"run {row.run_id!r} belongs to thread {owner!r}, not {row.thread_id!r}")
             stored = _read_run(path)
@@ -286,9 +304,32 @@ class JsonlRunEventStore(RunEventStore):
             path.parent.mkdir(exist_ok=True)
             data = dumps({"row": row.to_dict(), "first_put_at": first_put_at}).encode()
             log.write_atomic(path, data, durable=self.durable)
-            if not pointer.exists():
-                log.write_atomic(pointer, row.thread_id.encode(), durable=self.durable)
         return RunRow.from_dict(json.loads(data)["row"])
+
+    def _claim_run(self, pointer: Path, thread_id: str) -> str:
+        """The thread that owns the run: the pointer's, or ``thread_id`` if this call created it.
+
+        The pointer is created whole and exclusively (``link`` of a written temp file fails if the
+        name exists), so two processes putting one run_id into two threads can not both win: the
+        check is atomic across processes, not only under one thread's lock.
+        """
+        while True:
+            try:
+                return pointer.read_text("utf-8")
+            except FileNotFoundError:
+                pass
+            temp = pointer.with_name(f".{pointer.name}.{uuid.uuid4().hex}.tmp")
+            temp.write_bytes(thread_id.encode())
+            try:
+                if self.durable:
+                    with open(temp, "rb") as handle:
+                        os.fsync(handle.fileno())
+                os.link(temp, pointer)
+                return thread_id
+            except FileExistsError:
+                continue  # another writer claimed it first: read its owner
+            finally:
+                temp.unlink(missing_ok=True)
 
     async def get_run(self, run_id: str) -> RunRow | None:
         return await self._run(self._get_run, run_id)
@@ -304,8 +345,7 @@ class JsonlRunEventStore(RunEventStore):
     async def list_runs(
         self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
     ) -> list[RunRow]:
-        if isinstance(statuses, str):
-            raise TypeError("statuses must be a sequence of status names, not a single string")
+        statuses = check_statuses(statuses)
         if thread_id is not None:
             validate_id("thread_id", thread_id)
         return await self._run(self._list_runs, thread_id, statuses)
@@ -333,15 +373,13 @@ class JsonlRunEventStore(RunEventStore):
         directory = self._thread_dir(thread_id)
         with log.locked(directory):
             count = 0
-            meta = log.read_meta(directory)
-            if meta is not None:
+            if log.read_meta(directory) is not None:
+                # a new generation with every seq kept as an empty span: seq is never reused
                 view = log.open_for_write(directory, thread_id, durable=self.durable)
                 try:
-                    count = sum(1 for _, line in view.window(1, view.count) if line)
+                    count = log.clear(view, thread_id, durable=self.durable)
                 finally:
                     view.close()
-                (directory / "meta.json").unlink()
-                log.remove_data(directory)
             for path in list((directory / "runs").glob("*.json")) if (directory / "runs").is_dir() else ():
                 stored = _read_run(path)
                 if stored is not None:
@@ -367,7 +405,10 @@ class JsonlRunEventStore(RunEventStore):
             path = self._run_file(thread_id, run_id)
             if path.exists():
                 path.unlink()
-                self._run_pointer(run_id).unlink(missing_ok=True)
+            pointer = self._run_pointer(run_id)
+            with contextlib.suppress(FileNotFoundError):
+                if pointer.read_text("utf-8") == thread_id:
+                    pointer.unlink(missing_ok=True)
         return dropped
 
 

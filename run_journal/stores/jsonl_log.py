@@ -283,6 +283,22 @@ def rewrite(view: Snapshot, thread_id: str, drop: Predicate, *, durable: bool) -
     return dropped
 
 
+def clear(view: Snapshot, thread_id: str, *, durable: bool) -> int:
+    """Write a new generation with no events, every seq kept as an empty span (never reused).
+
+    Returns the number of events the old generation held (damaged lines included).
+    """
+    generation = uuid.uuid4().hex
+    directory = view.directory
+    count = sum(1 for _, line in view.window(1, view.count) if line)
+    words = _PACK.pack(view.count) + bytes(WORD * view.count)  # all ends at offset 0
+    write_atomic(directory / f"events-{generation}.jsonl", b"", durable=durable)
+    write_atomic(directory / f"index-{generation}.bin", words, durable=durable)
+    _write_meta(directory, thread_id, generation, durable=durable)
+    remove_data(directory, keep=generation)
+    return count
+
+
 def remove_data(directory: Path, *, keep: str | None = None) -> None:
     """Delete data files of every generation but ``keep`` (and temp files of a crashed rewrite)."""
     for path in directory.iterdir():

@@ -27,8 +27,11 @@ from run_journal.envelope import NewEvent, RunEvent, dumps, loads, utc_now, vali
 from run_journal.runs import RunRow, may_replace
 from run_journal.stores.base import (
     RunEventStore,
+    check_after_thread,
     check_cursor,
     check_limit,
+    check_statuses,
+    check_user_id,
     expand_event_types,
     metadata_task_id,
 )
@@ -177,13 +180,17 @@ class MemoryRunEventStore(RunEventStore):
                 self._threads[thread_id].wake()
         return results
 
-    async def _put_if_absent(self, event: NewEvent) -> tuple[RunEvent, bool]:
+    async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
         with self._lock:
             self._check_open()
             thread = self._threads.setdefault(event.thread_id, _Thread())
-            existing = thread.by_event_id.get(event.event_id) or thread.first_of_type.get(
-                (event.run_id, event.event_type)
-            )
+            existing = thread.by_event_id.get(event.event_id)
+            if existing is None:
+                firsts = [
+                    record for name in types
+                    if (record := thread.first_of_type.get((event.run_id, name))) is not None
+                ]
+                existing = min(firsts, key=lambda record: record.seq, default=None)
             if existing is not None:
                 return existing.to_event(), False
             record = thread.add(event)
@@ -205,6 +212,7 @@ class MemoryRunEventStore(RunEventStore):
         after_seq: int | None = None,
         user_id: str | None = None,
     ) -> list[RunEvent]:
+        check_user_id(user_id)
         with self._lock:
             thread = self._thread(thread_id)
             column = thread.messages if thread else None
@@ -221,6 +229,7 @@ class MemoryRunEventStore(RunEventStore):
         user_id: str | None = None,
     ) -> list[RunEvent]:
         validate_id("run_id", run_id)
+        check_user_id(user_id)
         with self._lock:
             thread = self._thread(thread_id)
             column = thread.run_messages.get(run_id) if thread else None
@@ -242,6 +251,7 @@ class MemoryRunEventStore(RunEventStore):
         names = expand_event_types(event_types)
         if run_id is not None:
             validate_id("run_id", run_id)
+        check_user_id(user_id)
         with self._lock:
             thread = self._thread(thread_id)
             if thread is None:
@@ -260,6 +270,7 @@ class MemoryRunEventStore(RunEventStore):
         return [record.to_event() for record in found]
 
     async def count_messages(self, thread_id: str, *, user_id: str | None = None) -> int:
+        check_user_id(user_id)
         with self._lock:
             thread = self._thread(thread_id)
             if thread is None:
@@ -268,14 +279,20 @@ class MemoryRunEventStore(RunEventStore):
                 return len(thread.messages.records)
             return sum(1 for record in thread.messages.records if record.event.user_id == user_id)
 
-    async def list_threads(self, *, user_id: str | None = None, limit: int = 1000) -> list[str]:
+    async def list_threads(
+        self, *, user_id: str | None = None, limit: int = 1000, after: str | None = None
+    ) -> list[str]:
         check_limit(limit)
+        check_user_id(user_id)
+        check_after_thread(after)
         self._check_open()
         with self._lock:
             names = [
                 name
                 for name, thread in self._threads.items()
-                if thread.events.records and (user_id is None or thread.users[user_id] > 0)
+                if thread.events.records
+                and (user_id is None or thread.users[user_id] > 0)
+                and (after is None or name > after)
             ]
         return sorted(names)[:limit]
 
@@ -320,8 +337,7 @@ class MemoryRunEventStore(RunEventStore):
     ) -> list[RunRow]:
         if thread_id is not None:
             validate_id("thread_id", thread_id)
-        if isinstance(statuses, str):
-            raise TypeError("statuses must be a sequence of status names, not a single string")
+        statuses = check_statuses(statuses)
         self._check_open()
         with self._lock:
             stored = sorted(self._runs.values(), key=_StoredRun.sort_key)
@@ -338,11 +354,14 @@ class MemoryRunEventStore(RunEventStore):
         validate_id("thread_id", thread_id)
         self._check_open()
         with self._lock:
-            thread = self._threads.pop(thread_id, None)
-            for run_id in [key for key, item in self._runs.items() if item.row().thread_id == thread_id]:
+            thread = self._threads.get(thread_id)
+            for run_id in [key for key, item in self._runs.items() if item.thread_id == thread_id]:
                 del self._runs[run_id]
             if thread is None:
                 return 0
+            emptied = _Thread()
+            emptied.last_seq = thread.last_seq  # seq is never reused: the counter outlives the events
+            self._threads[thread_id] = emptied
             thread.wake()
             return len(thread.events.records)
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 
-from run_journal.envelope import NewEvent, RunEvent, validate_id
+from run_journal.envelope import NewEvent, RunEvent, utc_now, validate_id
 from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores import _redis_lua as lua
 from run_journal.stores._redis_records import (
@@ -41,8 +42,11 @@ from run_journal.stores.base import (
     CONTRACT_VERSION,
     IncompatibleStoreError,
     RunEventStore,
+    check_after_thread,
     check_cursor,
     check_limit,
+    check_statuses,
+    check_user_id,
     expand_event_types,
     metadata_task_id,
 )
@@ -144,15 +148,18 @@ class RedisRunEventStore(RunEventStore):
     async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
         return [event for event, _ in await self._write(batch, "append")]
 
-    async def _put_if_absent(self, event: NewEvent) -> tuple[RunEvent, bool]:
-        (result,) = await self._write([event], "once")
+    async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
+        (result,) = await self._write([event], "once", types)
         return result
 
-    async def _write(self, batch: Sequence[NewEvent], mode: str) -> list[tuple[RunEvent, bool]]:
+    async def _write(
+        self, batch: Sequence[NewEvent], mode: str, types: Sequence[str] = ()
+    ) -> list[tuple[RunEvent, bool]]:
         """One script call per thread, all in one round trip; results in input order.
 
         Each result says whether this call wrote the event (False: it was stored before, or it
-        repeats an earlier event_id of the batch, or ``mode="once"`` found the run's singleton).
+        repeats an earlier event_id of the batch, or ``mode="once"`` found an event of ``types``
+        in the run).
         """
         await self._open()
         by_thread: dict[str, list[int]] = {}
@@ -161,7 +168,7 @@ class RedisRunEventStore(RunEventStore):
         ttl = self._retention.ttl_seconds or 0
         calls: list[ScriptCall] = []
         for thread_id, positions in by_thread.items():
-            args: list[str | int] = [self._prefix, thread_id, mode, ttl]
+            args: list[str | int] = [self._prefix, thread_id, mode, ttl, len(types), *types]
             for position in positions:
                 event = batch[position]
                 task_id = metadata_task_id(event.metadata)
@@ -287,20 +294,25 @@ class RedisRunEventStore(RunEventStore):
 
     async def count_messages(self, thread_id: str, *, user_id: str | None = None) -> int:
         validate_id("thread_id", thread_id)
-        index = f"u/{validate_id('user_id', user_id)}/msg" if user_id is not None else "msg"
+        check_user_id(user_id)
+        index = f"u/{user_id}/msg" if user_id is not None else "msg"
         await self._open()
         return int(await self._client.zcard(self._thread_key(thread_id, index)))
 
-    async def list_threads(self, *, user_id: str | None = None, limit: int = 1000) -> list[str]:
+    async def list_threads(
+        self, *, user_id: str | None = None, limit: int = 1000, after: str | None = None
+    ) -> list[str]:
         """Threads in byte order (= code point order for UTF-8); expired ones are dropped lazily."""
         check_limit(limit)
+        check_user_id(user_id)
+        check_after_thread(after)
         await self._open()
         if user_id is None:
             index, marker = self._prefix + "threads", "all"
         else:
-            index, marker = f"{self._prefix}u/{validate_id('user_id', user_id)}/threads", f"u/{user_id}/all"
+            index, marker = f"{self._prefix}u/{user_id}/threads", f"u/{user_id}/all"
         threads: list[str] = []
-        start = "-"
+        start = "-" if after is None else "(" + after
         while len(threads) < limit:
             batch = [text(name) for name in await self._client.zrangebylex(
                 index, start, "+", start=0, num=limit - len(threads)
@@ -351,13 +363,18 @@ class RedisRunEventStore(RunEventStore):
     # -- runs ------------------------------------------------------------------------------------
     async def put_run(self, row: RunRow) -> RunRow:
         await self._open()
-        text = json.dumps(row.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        row_json = json.dumps(row.to_dict(), ensure_ascii=False, separators=(",", ":"))
         args: list[str | int] = [
-            self._prefix, row.run_id, row.thread_id, str(row.status), text,
-            self._retention.ttl_seconds or 0, *sorted(TERMINAL_STATUSES),
+            self._prefix, row.run_id, row.thread_id, str(row.status), row_json,
+            self._retention.ttl_seconds or 0,
+            _micros(row.started_at) if row.started_at is not None else "", _micros(utc_now()),
+            *sorted(TERMINAL_STATUSES),
         ]
         stored = await self._put_run_script(args=args)
-        return RunRow.from_dict(json.loads(stored if stored is not None else text))
+        if isinstance(stored, list):  # ['thread', owner]: the run belongs to another thread
+            owner = text(stored[1])
+            raise ValueError(f"run {row.run_id!r} belongs to thread {owner!r}, not {row.thread_id!r}")
+        return RunRow.from_dict(json.loads(stored if stored is not None else row_json))
 
     async def get_run(self, run_id: str) -> RunRow | None:
         validate_id("run_id", run_id)
@@ -368,9 +385,8 @@ class RedisRunEventStore(RunEventStore):
     async def list_runs(
         self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
     ) -> list[RunRow]:
+        statuses = check_statuses(statuses)
         await self._open()
-        if isinstance(statuses, str):
-            raise TypeError("statuses must be a sequence of statuses, not a single string")
         if thread_id is None:
             index = self._prefix + "runs"
         else:
@@ -399,6 +415,15 @@ class RedisRunEventStore(RunEventStore):
         await self._open()
         return int(await self._delete_run_script(args=[self._prefix, thread_id, run_id]))
 
+
+
+def _micros(moment: datetime) -> int:
+    """A sort score: whole microseconds since the epoch (exact in a double until year 2255)."""
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _user_matches(event: RunEvent, user_id: str | None) -> bool:

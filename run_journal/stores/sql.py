@@ -6,7 +6,7 @@ returns it) and only then inserts. On PostgreSQL the upsert holds that row's loc
 writers of one thread queue while writers of other threads do not; on SQLite the transaction is
 ``BEGIN IMMEDIATE`` (the database write lock, taken before anything is read) in WAL mode with
 ``synchronous=NORMAL`` and a ``busy_timeout``. The counter is never decremented or deleted, so a
-deleted range is never reused.
+deleted range is never reused (``delete_by_thread`` and ``delete_by_run`` leave it in place).
 
 Event ids are unique per thread. The common write (no id seen before) costs one bump, one
 ``executemany`` and the commit; a batch that collides with a stored id is rolled back and redone
@@ -22,7 +22,7 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
 from typing import Any, Final
 
-from sqlalchemy import and_, event, func, or_, select, update
+from sqlalchemy import and_, case, event, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -34,6 +34,7 @@ from run_journal.stores import sql_schema as schema
 from run_journal.stores.base import (
     RunEventStore,
     StoreClosedError,
+    check_statuses,
 )
 from run_journal.stores.sql_pg import PgListener
 from run_journal.stores.sql_reads import COLUMNS, EVENTS, SqlReads, check_ids
@@ -90,7 +91,7 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         self._runs_sql = f"{prefix}{schema.runs.name}"
         self._run_columns = [column.name for column in schema.runs.columns]
         self._upsert_run_sql = raw.upsert_run_sql(
-            self._runs_sql, self._run_columns, sorted(TERMINAL_STATUSES)
+            self._runs_sql, self._run_columns, sorted(TERMINAL_STATUSES), schema.KEPT_ON_UPDATE
         )
         if follow_poll_interval is not None:
             self.follow_poll_interval = follow_poll_interval
@@ -246,14 +247,15 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         counter = schema.threads
         await conn.execute(update(counter).where(counter.c.thread_id == thread_id).values(last_seq=last))
 
-    async def _put_if_absent(self, event: NewEvent) -> tuple[RunEvent, bool]:
+    async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
         await self._ready()
-        same_run_and_type = and_(EVENTS.c.run_id == event.run_id, EVENTS.c.event_type == event.event_type)
-        lookup = (
+        same_id = EVENTS.c.event_id == event.event_id
+        exclusive = and_(EVENTS.c.run_id == event.run_id, EVENTS.c.event_type.in_(types))
+        lookup = (  # under the thread's counter lock: a retry's own record first, else the first of types
             select(*COLUMNS)
             .where(EVENTS.c.thread_id == event.thread_id)
-            .where(or_(same_run_and_type, EVENTS.c.event_id == event.event_id))
-            .order_by(EVENTS.c.seq)
+            .where(or_(exclusive, same_id))
+            .order_by(case((same_id, 0), else_=1), EVENTS.c.seq)
             .limit(1)
         )
         async with self._write_lock(), self._writer.begin() as conn:
@@ -297,17 +299,21 @@ class SqlRunEventStore(SqlReads, RunEventStore):
             ordered = tuple(values[name] for name in self._run_columns)
             async with self._write_lock(), self._engine.connect() as conn:
                 driver = await self._sqlite_driver(conn)
-                written = await raw.in_driver_thread(
+                written, owner = await raw.in_driver_thread(
                     driver, raw.write_run, self._upsert_run_sql, self._runs_sql, ordered
                 )
-            return RunRow.from_dict(loads(written))
-        statement = schema.upsert_run(self._insert(runs), row)
-        async with self._writer.begin() as conn:
-            stored = (await conn.execute(statement)).scalar()
-            if stored is None:
-                kept = await conn.execute(select(runs.c.row).where(runs.c.run_id == row.run_id))
-                stored = kept.scalar_one()
-        return RunRow.from_dict(loads(stored))
+        else:
+            statement = schema.upsert_run(self._insert(runs), row)
+            async with self._writer.begin() as conn:
+                written, owner = (await conn.execute(statement)).scalar(), row.thread_id
+                if written is None:  # a guard refused: the stored row stays as it is
+                    kept = await conn.execute(
+                        select(runs.c.row, runs.c.thread_id).where(runs.c.run_id == row.run_id)
+                    )
+                    written, owner = kept.one()
+        if owner != row.thread_id:
+            raise schema.moved_run_error(row.run_id, owner, row.thread_id)
+        return RunRow.from_dict(loads(written))
 
     async def get_run(self, run_id: str) -> RunRow | None:
         check_ids(run_id=run_id)
@@ -319,14 +325,15 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
     ) -> list[RunRow]:
         check_ids(thread_id=thread_id)
+        statuses = check_statuses(statuses)
         runs = schema.runs
         statement = select(runs.c.row).order_by(
-            func.coalesce(runs.c.started_at, runs.c.updated_at), runs.c.run_id
+            func.coalesce(runs.c.started_at, runs.c.first_put_at, runs.c.updated_at), runs.c.run_id
         )
         if thread_id is not None:
             statement = statement.where(runs.c.thread_id == thread_id)
         if statuses is not None:
-            statement = statement.where(runs.c.status.in_([str(status) for status in statuses]))
+            statement = statement.where(runs.c.status.in_(statuses))
         await self._ready()
         async with self._reader.connect() as conn:
             return [RunRow.from_dict(loads(text)) for text in (await conn.execute(statement)).scalars()]

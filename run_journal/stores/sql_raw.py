@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -175,33 +175,40 @@ def write_new(
     return int(last)
 
 
-def upsert_run_sql(runs_table: str, columns: Sequence[str], terminal: Sequence[str]) -> str:
-    """``schema.upsert_run`` as SQLite text: the guard (``runs.may_replace``) is the WHERE clause."""
-    updates = ", ".join(f"{name} = excluded.{name}" for name in columns if name != "run_id")
+def upsert_run_sql(
+    runs_table: str, columns: Sequence[str], terminal: Sequence[str], kept: Collection[str]
+) -> str:
+    """``schema.upsert_run`` as SQLite text: the guards (same thread, ``runs.may_replace``) are the
+    WHERE clause; ``kept`` columns are set by the insert only."""
+    updates = ", ".join(f"{name} = excluded.{name}" for name in columns if name not in kept)
     finished = ", ".join(f"'{status}'" for status in terminal)
     return (
         f"INSERT INTO {runs_table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) "
         f"ON CONFLICT (run_id) DO UPDATE SET {updates} "
-        f"WHERE {runs_table}.status NOT IN ({finished}) OR {runs_table}.status = excluded.status "
-        "RETURNING row"
+        f"WHERE {runs_table}.thread_id = excluded.thread_id AND "
+        f"({runs_table}.status NOT IN ({finished}) OR {runs_table}.status = excluded.status) "
+        "RETURNING row, thread_id"
     )
 
 
-def write_run(connection: sqlite3.Connection, upsert: str, runs_table: str, values: tuple[Any, ...]) -> str:
-    """``BEGIN IMMEDIATE``; upsert the row; the stored row's JSON (the old one if the guard refused)."""
+def write_run(
+    connection: sqlite3.Connection, upsert: str, runs_table: str, values: tuple[Any, ...]
+) -> tuple[str, str]:
+    """``BEGIN IMMEDIATE``; upsert the row; the stored row's JSON and thread (the old ones if a
+    guard refused: the caller raises when that thread is not the row's)."""
     connection.execute("BEGIN IMMEDIATE")
     try:
         written = connection.execute(upsert, values).fetchone()
         if written is None:
             written = connection.execute(
-                f"SELECT row FROM {runs_table} WHERE run_id = ?", (values[0],)
+                f"SELECT row, thread_id FROM {runs_table} WHERE run_id = ?", (values[0],)
             ).fetchone()
         connection.execute("COMMIT")
     except BaseException:
         if connection.in_transaction:
             connection.execute("ROLLBACK")
         raise
-    return str(written[0])
+    return str(written[0]), str(written[1])
 
 
 def fetch(connection: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[Any]:

@@ -141,12 +141,17 @@ class SqlReads:
         conditions = [*self._scope(thread_id, user_id), EVENTS.c.category == "message"]
         return int(await self._scalar(select(func.count()).select_from(EVENTS).where(*conditions)))
 
-    async def list_threads(self, *, user_id: str | None = None, limit: int = 1000) -> list[str]:
+    async def list_threads(
+        self, *, user_id: str | None = None, limit: int = 1000, after: str | None = None
+    ) -> list[str]:
         check_limit(limit)
-        check_ids(user_id=user_id)
+        check_ids(user_id=user_id, after=after)
         counter = schema.threads
         holds = select(EVENTS.c.id).where(*self._scope(counter.c.thread_id, user_id)).exists()  # type: ignore[arg-type]  # a column, not a literal id
-        statement = select(counter.c.thread_id).where(holds).order_by(counter.c.thread_id).limit(limit)
+        statement = select(counter.c.thread_id).where(holds)
+        if after is not None:
+            statement = statement.where(counter.c.thread_id > after)
+        statement = statement.order_by(counter.c.thread_id).limit(limit)
         await self._ready()
         async with self._reader.connect() as conn:
             return list((await conn.execute(statement)).scalars())

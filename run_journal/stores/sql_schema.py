@@ -26,6 +26,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    and_,
     func,
     or_,
     select,
@@ -36,7 +37,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateSchema
 
-from run_journal.envelope import dumps
+from run_journal.envelope import dumps, utc_now
 from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores.base import CONTRACT_MAJOR, CONTRACT_VERSION, IncompatibleStoreError
 
@@ -89,6 +90,9 @@ runs = Table(
     Column("started_at", STAMP, nullable=True),
     Column("updated_at", STAMP, nullable=False),
     Column("row", Text, nullable=False),
+    # When the run's first put_run happened (store clock); never updated. list_runs orders by
+    # started_at, falling back to this (schema version 2).
+    Column("first_put_at", STAMP, nullable=True),
     Index("ix_run_journal_runs_thread", "thread_id", "started_at"),
 )
 
@@ -105,8 +109,21 @@ def _create_v1(connection: Connection) -> None:
         table.create(connection, checkfirst=True)
 
 
+def _add_first_put_at_v2(connection: Connection) -> None:
+    """``run_journal_runs.first_put_at`` (v1 stores backfill it from ``updated_at``, the best known)."""
+    schema_name = (connection.get_execution_options().get("schema_translate_map") or {}).get(None)
+    table = f'"{schema_name}".{runs.name}' if schema_name else runs.name
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS first_put_at VARCHAR(40)")
+    else:
+        present = {row[1] for row in connection.exec_driver_sql(f"PRAGMA table_info({runs.name})")}
+        if "first_put_at" not in present:  # a fresh store got it from the current table definition
+            connection.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN first_put_at VARCHAR(40)")
+    connection.exec_driver_sql(f"UPDATE {table} SET first_put_at = updated_at WHERE first_put_at IS NULL")
+
+
 Migration = Callable[[Connection], None]
-MIGRATIONS: Final[tuple[Migration, ...]] = (_create_v1,)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_create_v1, _add_first_put_at_v2)
 """Position + 1 is the schema version a migration brings the store to. Append only; never edit."""
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -171,27 +188,40 @@ def engine_settings(
     return settings
 
 
+KEPT_ON_UPDATE: Final = frozenset({"run_id", "thread_id", "first_put_at"})
+"""Run columns an update never changes (a run never moves to another thread)."""
+
+
 def run_values(row: RunRow) -> dict[str, Any]:
-    """The runs table's columns for ``row`` (in table order)."""
+    """The runs table's columns for ``row``; ``first_put_at`` is now (kept only by an insert)."""
     data = row.to_dict()
     return {
         "run_id": row.run_id, "thread_id": row.thread_id, "user_id": row.user_id,
         "status": data["status"], "updated_at": stamp(row.updated_at),
         "started_at": stamp(row.started_at) if row.started_at else None, "row": dumps(data),
+        "first_put_at": stamp(utc_now()),
     }
 
 
 def upsert_run(insert: Any, row: RunRow) -> Any:
-    """Insert or update a run row, unless the stored status is terminal and differs
-    (``runs.may_replace`` as one atomic statement); returns the written row's JSON, or nothing."""
+    """Insert or update a run row, unless it belongs to another thread or the stored status is
+    terminal and differs (``runs.may_replace``), as one atomic statement; returns the written
+    row's JSON, or nothing (the caller then reads the stored row and its thread)."""
     values = run_values(row)
     statement = insert.values(values)
     terminal = sorted(str(status) for status in TERMINAL_STATUSES)
     return statement.on_conflict_do_update(
         index_elements=[runs.c.run_id],
-        set_={name: statement.excluded[name] for name in values if name != "run_id"},
-        where=or_(runs.c.status.not_in(terminal), runs.c.status == statement.excluded.status),
+        set_={name: statement.excluded[name] for name in values if name not in KEPT_ON_UPDATE},
+        where=and_(
+            runs.c.thread_id == statement.excluded.thread_id,
+            or_(runs.c.status.not_in(terminal), runs.c.status == statement.excluded.status),
+        ),
     ).returning(runs.c.row)
+
+
+def moved_run_error(run_id: str, owner: str, thread_id: str) -> ValueError:
+    return ValueError(f"run {run_id!r} belongs to thread {owner!r}, not {thread_id!r}")
 
 
 def check_schema_name(schema: str) -> str:
