@@ -279,9 +279,12 @@ async def reconcile_orphans(
 
     A candidate is a row with status ``running`` (or ``pending`` with a ``run.start`` event) whose last
     activity (row ``updated_at`` and its last event) is older than ``now - older_than``. Its terminal
-    ``run.cancel`` is written with ``put_if_absent``, so when several reconcilers race exactly one
-    writes it and only that one reports the run. A run that already has a terminal event is left
-    alone (except that a row still open after an earlier reconciliation's cancel is brought in line).
+    ``run.cancel`` is written with ``put_if_absent(..., exclusive_types=TERMINAL_RUN_EVENTS)``: it is
+    written only if the run has no terminal event of any type, in one atomic step, so when several
+    reconcilers race (or a producer writes its terminal event the same way at the same moment)
+    exactly one terminal event is written, and only a reconciler that wrote it reports the run. A
+    run that already has a terminal event is left alone (except that a row still open after an
+    earlier reconciliation's cancel is brought in line).
     """
     moment = now or utc_now()
     cutoff = moment - older_than
@@ -318,6 +321,7 @@ async def _reconcile_one(
         content={"reason": RECONCILE_REASON, "last_activity": last_activity.isoformat()},
         metadata={"status": "cancelled", "reconciled": True},
         created_at=moment, event_id=_reconcile_event_id(row.run_id), user_id=row.user_id,
+        exclusive_types=TERMINAL_RUN_EVENTS,
     )
     if not created:
         return None
