@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, Final, TextIO
 
@@ -51,12 +50,13 @@ async def iter_events(
 
 
 async def all_threads(store: RunEventStore) -> list[str]:
-    """Every thread id; the contract pages threads only up to ``MAX_PAGE``, so say when we hit it."""
-    threads = await store.list_threads(limit=MAX_PAGE)
-    if len(threads) >= MAX_PAGE:
-        print(f"run-journal: warning: only the first {MAX_PAGE} threads are included; name threads "
-              "explicitly to cover the rest", file=sys.stderr)
-    return threads
+    """Every thread id, ascending, paged with ``list_threads(after=...)``."""
+    threads: list[str] = []
+    while True:
+        page = await store.list_threads(limit=MAX_PAGE, after=threads[-1] if threads else None)
+        threads.extend(page)
+        if len(page) < MAX_PAGE:
+            return threads
 
 
 async def require_thread(store: RunEventStore, thread_id: str) -> None:
