@@ -22,7 +22,7 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from langgraph.errors import GraphBubbleUp
 
 from run_journal import journal_payloads as p
-from run_journal.catalog import TERMINAL_RUN_EVENTS, category_of
+from run_journal.catalog import category_of
 from run_journal.envelope import NewEvent, Normalized, normalize, utc_now, validate_id
 from run_journal.journal_state import LlmCall, RunState, ToolRun
 from run_journal.redact import Redactor
@@ -238,7 +238,7 @@ class JournalCore:
         state.ended_at = utc_now()
         duration = int((time.monotonic() - state.started_mono) * 1000)
         meta = {"status": status.value, "duration_ms": duration, "caller": state.caller}
-        self._queue(_Terminal(self._event(event_type, content, meta, created_at=state.ended_at)))
+        self._queue(self._event(event_type, content, meta, created_at=state.ended_at))
 
     def _end_root(self, output: Any) -> None:
         state = self._state
@@ -303,33 +303,6 @@ def _rehome(event: NewEvent, thread_id: str | None) -> NewEvent:
         content=event.content, metadata=event.metadata, created_at=event.created_at,
         event_id=event.event_id, user_id=event.user_id,
     )
-
-
-class _Terminal(DeferredEvent):
-    """The run's terminal event, written only if no other process closed the run meanwhile.
-
-    ``reconcile_orphans`` closes a run whose worker went silent; if the worker was only slow, its
-    own terminal event would be a second one. The writer checks (off the hot path) and skips it.
-    """
-
-    def __init__(self, event: NewEvent) -> None:
-        self.pending = event
-
-    def known_event(self) -> NewEvent | None:
-        return self.pending
-
-    async def resolve(self, store: RunEventStore) -> NewEvent | None:
-        event = self.pending
-        closed = await store.list_events(
-            event.thread_id, event.run_id, event_types=sorted(TERMINAL_RUN_EVENTS), limit=1
-        )
-        if closed and closed[0].event_id != event.event_id:
-            logger.warning(
-                "run-journal: run %s was already closed by %s (seq %d); its %s is not written",
-                event.run_id, closed[0].event_type, closed[0].seq, event.event_type,
-            )
-            return None
-        return event
 
 
 class _ResumeStart(DeferredEvent):

@@ -34,17 +34,20 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from run_journal.catalog import TERMINAL_RUN_EVENTS
 from run_journal.envelope import NewEvent
 from run_journal.runs import STATUS_AFTER, RunRow, RunStatus
 from run_journal.stores.base import RunEventStore
 from run_journal.stores.urls import open_store
 
+logger = logging.getLogger("run_journal")
 STALL_TIMEOUT: Final = 1.0
 """Seconds a blocked producer waits for the writer's progress before it stops waiting."""
 
@@ -290,11 +293,43 @@ class EventWriter:
     async def _write_batch(
         self, store: RunEventStore, items: list[QueueItem], events: list[NewEvent]
     ) -> None:
-        """One attempt: resolve deferred events (their store reads are retried too), then write."""
-        resolved = [item if isinstance(item, NewEvent) else await item.event(store) for item in items]
-        events[:] = [event for event in resolved if event is not None]
-        if events:
-            await store.put_batch(events)
+        """One attempt (every step is idempotent, so a retry repeats it whole): resolve deferred
+        events, write runs of ordinary events with ``put_batch`` and each terminal event on its own
+        with ``put_if_absent(exclusive_types=TERMINAL_RUN_EVENTS)``, so a run never gets a second
+        terminal event, even when ``reconcile_orphans`` closed it meanwhile."""
+        events.clear()
+        pending: list[NewEvent] = []
+        for item in items:
+            event = item if isinstance(item, NewEvent) else await item.event(store)
+            if event is None:
+                continue
+            if event.event_type not in TERMINAL_RUN_EVENTS:
+                pending.append(event)
+                continue
+            if pending:
+                await store.put_batch(pending)
+                events.extend(pending)
+                pending = []
+            if await self._write_terminal(store, event):
+                events.append(event)
+        if pending:
+            await store.put_batch(pending)
+            events.extend(pending)
+
+    async def _write_terminal(self, store: RunEventStore, event: NewEvent) -> bool:
+        stored, _ = await store.put_if_absent(
+            thread_id=event.thread_id, run_id=event.run_id, event_type=event.event_type,
+            category=event.category, content=event.content, metadata=event.metadata,
+            created_at=event.created_at, event_id=event.event_id, user_id=event.user_id,
+            exclusive_types=TERMINAL_RUN_EVENTS,
+        )
+        if stored.event_id == event.event_id:
+            return True
+        logger.warning(
+            "run-journal: run %s was already closed by %s (seq %d); its %s is not written",
+            event.run_id, stored.event_type, stored.seq, event.event_type,
+        )
+        return False
 
     async def _ready_store(self) -> RunEventStore | None:
         if self._store is None and self._url is not None and self._failure is None:

@@ -49,3 +49,49 @@ async def test_reconciled_run_keeps_one_terminal_event(store: RunEventStore) -> 
     row = await store.get_run(journal.run_id)
     assert row is not None
     assert row.status == status_of(events) == "cancelled"
+
+
+async def test_a_reconciler_racing_the_terminal_write_leaves_one_terminal_event() -> None:
+    """The reconciler closes the run at the very moment the journal writes its terminal event."""
+    from datetime import UTC, datetime
+
+    from langchain_core.runnables import RunnableLambda
+
+    from run_journal.stores.memory import MemoryRunEventStore
+
+    class Racy(MemoryRunEventStore):
+        raced = False
+
+        async def race(self) -> None:
+            if not self.raced:
+                self.raced = True
+                later = datetime.now(UTC) + timedelta(hours=1)
+                await reconcile_orphans(self, older_than=timedelta(0), now=later)
+
+        async def put_batch(self, events: Any) -> Any:
+            events = list(events)
+            if any(event.event_type == "run.end" for event in events):
+                await self.race()
+            return await super().put_batch(events)
+
+        async def put_if_absent(self, **fields: Any) -> Any:
+            if fields["event_type"] == "run.end":
+                await self.race()
+            return await super().put_if_absent(**fields)
+
+    store = Racy()
+    journal = RunJournal(store, thread_id="race", flush_interval=0)
+
+    async def slow(value: dict[str, int]) -> dict[str, int]:
+        await asyncio.sleep(0.2)  # run.start and the running row reach the store first
+        return value
+
+    await RunnableLambda(slow).ainvoke({"a": 1}, config={"callbacks": [journal]})
+    await journal.aclose()
+    events = await store.list_events("race")
+    assert store.raced
+    assert [e.event_type for e in events if e.event_type in TERMINAL_RUN_EVENTS] == ["run.cancel"]
+    row = await store.get_run(journal.run_id)
+    assert row is not None
+    assert row.status == status_of(events) == "cancelled"
+    assert journal.stats.superseded == 1
