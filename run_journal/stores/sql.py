@@ -249,6 +249,15 @@ class SqlRunEventStore(SqlReads, RunEventStore):
 
     async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
         await self._ready()
+        if self.dialect == "sqlite":  # one hand-off to the driver thread, as for event writes
+            params = (event.thread_id, event.run_id, *types, event.event_id, event.event_id)
+            async with self._write_lock(), self._engine.connect() as conn:
+                driver = await self._sqlite_driver(conn)
+                seq, found = await raw.in_driver_thread(
+                    driver, raw.write_if_absent, raw.if_absent_sql(self._events_sql, len(types)),
+                    params, self._bump_sql, self._insert_sql, raw.insert_values(event, 0),
+                )
+            return (raw.event_of(found), False) if found is not None else (RunEvent.stored(event, seq), True)
         same_id = EVENTS.c.event_id == event.event_id
         exclusive = and_(EVENTS.c.run_id == event.run_id, EVENTS.c.event_type.in_(types))
         lookup = (  # under the thread's counter lock: a retry's own record first, else the first of types

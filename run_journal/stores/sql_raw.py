@@ -175,6 +175,38 @@ def write_new(
     return int(last)
 
 
+def if_absent_sql(events_table: str, type_count: int) -> str:
+    """A retry's own record first, else the run's first event of the exclusive types."""
+    marks = ", ".join("?" for _ in range(type_count))
+    return (
+        f"SELECT {EVENT_COLUMNS} FROM {events_table} WHERE thread_id = ? "
+        f"AND ((run_id = ? AND event_type IN ({marks})) OR event_id = ?) "
+        "ORDER BY CASE WHEN event_id = ? THEN 0 ELSE 1 END, seq LIMIT 1"
+    )
+
+
+def write_if_absent(
+    connection: sqlite3.Connection, lookup: str, params: tuple[Any, ...], bump: str, insert: str,
+    row: tuple[Any, ...],
+) -> tuple[int, Any]:
+    """``BEGIN IMMEDIATE``; return ``(0, found)`` if ``lookup`` finds a row, else insert ``row`` at
+    the next seq and return ``(seq, None)``. The write lock makes the check and the write one step."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        found = connection.execute(lookup, params).fetchone()
+        if found is not None:
+            connection.execute("ROLLBACK")
+            return 0, found
+        (last,) = connection.execute(bump, (row[0], 1)).fetchone()
+        connection.execute(insert, (row[0], last, *row[2:]))
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
+    return int(last), None
+
+
 def upsert_run_sql(
     runs_table: str, columns: Sequence[str], terminal: Sequence[str], kept: Collection[str]
 ) -> str:
