@@ -260,6 +260,4 @@ def produced_messages(
             return {"messages": keep}, truncated, keys  # NewEvent normalizes once
         state = normalize({key: value for key, value in output.items() if key != "__interrupt__"})
         return (redact(state) if redact is not None else state), False, keys
-    if isinstance(output, BaseMessage):
-        return normalize(output), False, None
     return normalize(output), False, None

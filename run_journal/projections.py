@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
 from run_journal.catalog import MIDDLEWARE_PREFIX, TERMINAL_RUN_EVENTS, canonical_event_type
 from run_journal.envelope import JsonObject, RunEvent, utc_now
 from run_journal.runs import RunRow, RunStatus, UsageTotals, status_of
-from run_journal.stores.base import MAX_PAGE, RunEventStore
+from run_journal.stores.base import MAX_PAGE, RunEventStore, check_limit
 
 __all__ = [
     "ClosedRun",
@@ -98,8 +98,7 @@ async def thread_history(
     it has ``limit`` visible rows plus one more (which proves ``has_more``) or reaches the start, so a
     full page costs about ``limit / visible_fraction`` rows however long the thread is.
     """
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-        raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}, got {limit!r}")
+    check_limit(limit)
     hidden = frozenset(hidden_run_ids)
     newest_first: list[RunEvent] = []
     has_more = False
@@ -134,6 +133,29 @@ def find_gaps(events: Iterable[_HasSeq | int]) -> list[int]:
     return [seq for seq in range(1, max(seen) + 1) if seq not in seen]
 
 
+async def iter_events(
+    store: RunEventStore,
+    thread_id: str,
+    run_id: str | None = None,
+    *,
+    event_types: Sequence[str] | None = None,
+    task_id: str | None = None,
+    after_seq: int | None = None,
+) -> AsyncIterator[RunEvent]:
+    """Every matching event of a thread in seq order, read page by page (bounded memory)."""
+    cursor = after_seq
+    while True:
+        page = await store.list_events(
+            thread_id, run_id, event_types=event_types, task_id=task_id, limit=MAX_PAGE,
+            after_seq=cursor,
+        )
+        for event in page:
+            yield event
+        if len(page) < MAX_PAGE:
+            return
+        cursor = page[-1].seq
+
+
 async def _all_events(
     store: RunEventStore,
     thread_id: str,
@@ -142,18 +164,9 @@ async def _all_events(
     event_types: list[str] | None = None,
     task_id: str | None = None,
 ) -> list[RunEvent]:
-    """Every matching event in seq order, page by page (used for small, filtered sets)."""
-    out: list[RunEvent] = []
-    cursor: int | None = None
-    while True:
-        page = await store.list_events(
-            thread_id, run_id, event_types=event_types, task_id=task_id, limit=MAX_PAGE,
-            after_seq=cursor,
-        )
-        out.extend(page)
-        if len(page) < MAX_PAGE:
-            return out
-        cursor = page[-1].seq
+    """Every matching event in seq order (used for small, filtered sets)."""
+    return [e async for e in iter_events(store, thread_id, run_id, event_types=event_types,
+                                         task_id=task_id)]
 
 
 async def latest_event(
@@ -346,15 +359,11 @@ async def _close_row(store: RunEventStore, row: RunRow, moment: datetime) -> Run
 
 
 async def _last_event_time(store: RunEventStore, row: RunRow) -> datetime | None:
-    """When the run last wrote anything (its events are read page by page, newest page kept)."""
-    cursor: int | None = None
+    """When the run last wrote anything."""
     last: RunEvent | None = None
-    while True:
-        page = await store.list_events(row.thread_id, row.run_id, limit=MAX_PAGE, after_seq=cursor)
-        if page:
-            last, cursor = page[-1], page[-1].seq
-        if len(page) < MAX_PAGE:
-            return last.created_at if last else None
+    async for last in iter_events(store, row.thread_id, row.run_id):  # noqa: B007 - keeps the newest
+        pass
+    return last.created_at if last else None
 
 
 # -- usage ---------------------------------------------------------------------------------------

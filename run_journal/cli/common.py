@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final, TextIO
 
-from run_journal.envelope import RunEvent, validate_id
+from run_journal.envelope import validate_id
 from run_journal.stores.base import MAX_PAGE, RunEventStore
 
 PAGE: Final = 1000
@@ -31,22 +31,6 @@ def emit(out: TextIO, line: str = "") -> None:
 
 def emit_json(out: TextIO, value: Any) -> None:
     out.write(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
-
-
-async def iter_events(
-    store: RunEventStore, thread_id: str, run_id: str | None = None, *,
-    event_types: Sequence[str] | None = None, task_id: str | None = None, after_seq: int | None = None,
-) -> AsyncIterator[RunEvent]:
-    """Every matching event of a thread in seq order, read page by page."""
-    cursor = after_seq
-    while True:
-        page = await store.list_events(thread_id, run_id, event_types=event_types, task_id=task_id,
-                                       limit=PAGE, after_seq=cursor)
-        for event in page:
-            yield event
-        if len(page) < PAGE:
-            return
-        cursor = page[-1].seq
 
 
 async def all_threads(store: RunEventStore) -> list[str]:

@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import TextIO
 
-from run_journal.cli.common import PAGE, all_threads, emit, emit_json, iter_events, ranges, require_thread
+from run_journal.cli.common import PAGE, all_threads, emit, emit_json, ranges, require_thread
 from run_journal.contract import validate_record
 from run_journal.envelope import RunEvent
-from run_journal.projections import find_gaps, reconcile_orphans, status_of
+from run_journal.projections import find_gaps, iter_events, reconcile_orphans, status_of
 from run_journal.runs import STATUS_AFTER
 from run_journal.stores.base import RunEventStore
 from run_journal.stores.urls import open_store

@@ -11,12 +11,11 @@ from run_journal.cli.common import (
     all_threads,
     emit,
     emit_json,
-    iter_events,
     ranges,
     require_thread,
 )
 from run_journal.envelope import validate_id
-from run_journal.projections import find_gaps, status_of, summarize_usage
+from run_journal.projections import find_gaps, iter_events, status_of, summarize_usage
 from run_journal.stores.base import RunEventStore
 
 

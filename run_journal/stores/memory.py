@@ -138,13 +138,14 @@ class _StoredRun:
     first_put_at: datetime
     thread_id: str
     status: str
+    run_id: str
+    started_at: datetime | None
 
     def row(self) -> RunRow:
         return RunRow.from_dict(loads(self.row_json))
 
     def sort_key(self) -> tuple[datetime, str]:
-        row = self.row()
-        return (row.started_at or self.first_put_at, row.run_id)
+        return (self.started_at or self.first_put_at, self.run_id)
 
 
 class MemoryRunEventStore(RunEventStore):
@@ -322,7 +323,9 @@ class MemoryRunEventStore(RunEventStore):
             if stored is not None and not may_replace(stored.status, row.status):
                 return stored.row()
             first_put_at = stored.first_put_at if stored else utc_now()
-            self._runs[row.run_id] = _StoredRun(row_json, first_put_at, row.thread_id, row.status)
+            self._runs[row.run_id] = _StoredRun(
+                row_json, first_put_at, row.thread_id, row.status, row.run_id, row.started_at
+            )
         return RunRow.from_dict(loads(row_json))
 
     async def get_run(self, run_id: str) -> RunRow | None:
@@ -340,14 +343,12 @@ class MemoryRunEventStore(RunEventStore):
         statuses = check_statuses(statuses)
         self._check_open()
         with self._lock:
-            stored = sorted(self._runs.values(), key=_StoredRun.sort_key)
-        rows = [item.row() for item in stored]
-        return [
-            row
-            for row in rows
-            if (thread_id is None or row.thread_id == thread_id)
-            and (statuses is None or row.status in statuses)
-        ]
+            stored = [
+                item for item in self._runs.values()
+                if (thread_id is None or item.thread_id == thread_id)
+                and (statuses is None or item.status in statuses)
+            ]
+        return [item.row() for item in sorted(stored, key=_StoredRun.sort_key)]
 
     # -- deletes ---------------------------------------------------------------------------------
     async def delete_by_thread(self, thread_id: str) -> int:
@@ -371,7 +372,7 @@ class MemoryRunEventStore(RunEventStore):
         self._check_open()
         with self._lock:
             stored = self._runs.get(run_id)
-            if stored is not None and stored.row().thread_id == thread_id:
+            if stored is not None and stored.thread_id == thread_id:
                 del self._runs[run_id]
             thread = self._threads.get(thread_id)
             return thread.drop_run(run_id) if thread else 0
