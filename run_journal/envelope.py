@@ -203,9 +203,22 @@ def dumps(value: JsonValue) -> str:
     return _ENCODER.encode(value)
 
 
+_SCAN: Final = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__, untyped
+
+
 def loads(text: str) -> Any:
-    """Decode JSON text written by ``dumps``; every call returns a fresh, caller-owned value."""
-    return json.loads(text)
+    """Decode JSON text written by ``dumps``; every call returns a fresh, caller-owned value.
+
+    The canonical text has no whitespace to skip, so the C scanner is called directly, without
+    ``json.loads``' Python-level wrapper; anything unexpected goes through ``json.loads`` and its
+    usual errors."""
+    if text == "{}":
+        return {}
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
 
 
 def validate_id(name: str, value: object) -> str:
@@ -350,28 +363,143 @@ def _shorten_longest_text(value: JsonValue, excess: int) -> JsonValue:
     return value
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+_UNDECODED: Final[Any] = object()
+_RECORD_FIELDS: Final = (
+    "thread_id", "run_id", "seq", "event_type", "category", "content", "metadata", "created_at",
+    "event_id", "user_id",
+)
+
+
 class RunEvent:
     """An event as a store holds it. Frozen; ``content`` and ``metadata`` are the reader's own copies.
 
     ``seq`` is assigned by the store in the same step that persists the event: per thread it starts at
     1 and is dense, so a consumer detects loss by looking for holes (``find_gaps``), never by time.
+
+    A record read from a store that keeps JSON text (SQL, memory) decodes ``content`` and ``metadata``
+    on first access, so a page read by a consumer that only looks at names and seqs (gap checks,
+    status folds, timelines) never pays for decoding payloads.
     """
 
+    __slots__ = (
+        "_content",
+        "_content_json",
+        "_metadata",
+        "_metadata_json",
+        "category",
+        "created_at",
+        "event_id",
+        "event_type",
+        "run_id",
+        "seq",
+        "thread_id",
+        "user_id",
+    )
     thread_id: str
     run_id: str
     seq: int
     event_type: str
     category: str
-    content: JsonValue
-    metadata: JsonObject
     created_at: datetime
     event_id: str
-    user_id: str | None = None
+    user_id: str | None
+    _content: Any
+    _metadata: Any
+    _content_json: str
+    _metadata_json: str
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        thread_id: str,
+        run_id: str,
+        seq: int,
+        event_type: str,
+        category: str,
+        content: JsonValue,
+        metadata: JsonObject,
+        created_at: datetime,
+        event_id: str,
+        user_id: str | None = None,
+    ) -> None:
+        self._fill(thread_id, run_id, seq, event_type, category, created_at, event_id, user_id)
+        setter = object.__setattr__
+        setter(self, "_content", content)
+        setter(self, "_metadata", metadata)
+        setter(self, "_content_json", "")
+        setter(self, "_metadata_json", "")
+
+    @classmethod
+    def from_json(
+        cls,
+        *,
+        thread_id: str,
+        run_id: str,
+        seq: int,
+        event_type: str,
+        category: str,
+        content_json: str,
+        metadata_json: str,
+        created_at: datetime,
+        event_id: str,
+        user_id: str | None = None,
+    ) -> RunEvent:
+        """A record whose payload is still the stored JSON text (decoded once, when first read)."""
+        event = cls.__new__(cls)
+        event._fill(thread_id, run_id, seq, event_type, category, created_at, event_id, user_id)
+        setter = object.__setattr__
+        setter(event, "_content", _UNDECODED)
+        setter(event, "_metadata", _UNDECODED)
+        setter(event, "_content_json", content_json)
+        setter(event, "_metadata_json", metadata_json)
+        return event
+
+    def _fill(
+        self, thread_id: str, run_id: str, seq: int, event_type: str, category: str,
+        created_at: datetime, event_id: str, user_id: str | None,
+    ) -> None:
+        setter = object.__setattr__
+        setter(self, "thread_id", thread_id)
+        setter(self, "run_id", run_id)
+        setter(self, "seq", seq)
+        setter(self, "event_type", event_type)
+        setter(self, "category", category)
         # Every record, however built (a store read, an export line), carries an aware UTC time.
-        object.__setattr__(self, "created_at", as_utc(self.created_at))
+        setter(self, "created_at", as_utc(created_at))
+        setter(self, "event_id", event_id)
+        setter(self, "user_id", user_id)
+
+    @property
+    def content(self) -> JsonValue:
+        value: JsonValue = self._content
+        if value is _UNDECODED:
+            value = loads(self._content_json)
+            object.__setattr__(self, "_content", value)
+        return value
+
+    @property
+    def metadata(self) -> JsonObject:
+        value: JsonObject = self._metadata
+        if value is _UNDECODED:
+            value = loads(self._metadata_json)
+            object.__setattr__(self, "_metadata", value)
+        return value
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}: RunEvent is frozen")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}: RunEvent is frozen")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RunEvent):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _RECORD_FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]  # payloads are dicts: a record is not hashable
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _RECORD_FIELDS)
+        return f"RunEvent({fields})"
 
     def to_dict(self) -> JsonObject:
         """The JSON form of the record (validates against the contract's record schema)."""
@@ -413,14 +541,21 @@ class RunEvent:
         stores persist ``content_json``, so nothing done to them reaches the store). ``copy=True``
         decodes fresh payload objects, for a store that returns the same ``NewEvent`` to many readers.
         """
+        if copy:
+            return cls.from_json(
+                thread_id=event.thread_id, run_id=event.run_id, seq=seq, event_type=event.event_type,
+                category=event.category, content_json=event.content_json,
+                metadata_json=event.metadata_json, created_at=event.created_at,
+                event_id=event.event_id, user_id=event.user_id,
+            )
         return cls(
             thread_id=event.thread_id,
             run_id=event.run_id,
             seq=seq,
             event_type=event.event_type,
             category=event.category,
-            content=loads(event.content_json) if copy else event.content,
-            metadata=loads(event.metadata_json) if copy else event.metadata,
+            content=event.content,
+            metadata=event.metadata,
             created_at=event.created_at,
             event_id=event.event_id,
             user_id=event.user_id,

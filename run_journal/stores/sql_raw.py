@@ -10,7 +10,6 @@ native to ``sqlite3`` and go through ``text()`` on PostgreSQL.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Collection, Sequence
 from datetime import datetime
@@ -18,7 +17,7 @@ from typing import Any, Final
 
 from sqlalchemy import Connection
 
-from run_journal.envelope import NewEvent, RunEvent, loads
+from run_journal.envelope import NewEvent, RunEvent
 from run_journal.stores.base import metadata_task_id
 from run_journal.stores.sql_schema import stamp
 
@@ -33,27 +32,13 @@ INSERT_COLUMNS: Final = (
     "thread_id", "seq", "run_id", "event_type", "category", "content", "metadata", "task_id",
     "created_at", "event_id", "user_id",
 )
-_scan: Final = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__, untyped
-
-
-def decode(text: str) -> Any:
-    """``json.loads`` for the compact canonical text the store wrote, without its Python-level
-    wrapper (whitespace regexes, error plumbing): a third of the cost of a 500-row page.
-    Anything unexpected falls back to ``envelope.loads``, which raises the usual errors."""
-    if text == "{}":
-        return {}
-    try:
-        value, end = _scan(text, 0)
-    except StopIteration:
-        return loads(text)
-    return value if end == len(text) else loads(text)
 
 
 def event_of(row: Sequence[Any]) -> RunEvent:
     """A fresh record from a row in ``EVENT_COLUMNS`` order (each call decodes its own copies)."""
-    return RunEvent(
+    return RunEvent.from_json(
         thread_id=row[0], run_id=row[1], seq=row[2], event_type=row[3], category=row[4],
-        content=decode(row[5]), metadata=decode(row[6]), created_at=datetime.fromisoformat(row[7]),
+        content_json=row[5], metadata_json=row[6], created_at=datetime.fromisoformat(row[7]),
         event_id=row[8], user_id=row[9],
     )
 
