@@ -1,4 +1,4 @@
-"""The record envelope and the one normalization every store applies before it writes.
+"""The record envelope: what an event is on its way into a store, and as a store returns it.
 
 ``NewEvent`` is an event on its way in: validated, normalized, capped and serialized once, when it is
 built, so a producer learns about bad input at the call site and every backend writes the same bytes.
@@ -7,31 +7,46 @@ built, so a producer learns about bad input at the call site and every backend w
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import enum
 import hashlib
-import json
-import math
 import re
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, date, datetime, time
-from decimal import Decimal
-from pathlib import PurePath
-from typing import Any, Final, TypeAlias
-
-from pydantic import BaseModel
+from datetime import UTC, datetime
+from typing import Any, Final
 
 from run_journal.catalog import ID_MAX_LENGTH, Category, validate_event_type
+from run_journal.normalization import (
+    INT_RANGE,
+    MAX_DEPTH,
+    JsonObject,
+    JsonValue,
+    Normalized,
+    dumps,
+    loads,
+    normalize,
+)
 
-JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
-JsonObject: TypeAlias = dict[str, JsonValue]
+__all__ = [
+    "CONTENT_LIMITS",
+    "INT_RANGE",
+    "MAX_DEPTH",
+    "METADATA_LIMIT",
+    "JsonObject",
+    "JsonValue",
+    "NewEvent",
+    "Normalized",
+    "RunEvent",
+    "as_utc",
+    "dumps",
+    "loads",
+    "new_event_id",
+    "normalize",
+    "sha256_hex",
+    "utc_now",
+    "validate_id",
+]
 
-MAX_DEPTH: Final = 64
-"""Deeper nesting is replaced by the marker ``"<max depth>"`` (it also guards the recursion)."""
-INT_RANGE: Final = (-(2**63), 2**63 - 1)
-"""Integers outside a signed 64-bit range are stored as their decimal string."""
 CONTENT_LIMITS: Final = {
     Category.MESSAGE: 256 * 1024,
     Category.OUTPUTS: 256 * 1024,
@@ -45,180 +60,11 @@ CONTENT_LIMITS: Final = {
 """Serialized content bytes per category; larger content is cut (see ``NewEvent``)."""
 METADATA_LIMIT: Final = 1024 * 1024
 """Serialized metadata bytes; metadata is filterable evidence, so oversize is rejected, not cut."""
-
 _SURROGATES: Final = re.compile("[\ud800-\udfff]")
 _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 _BAD_ID_CHARACTER: Final = re.compile("[\x00-\x1f\x7f-\x9f/\\\\\ud800-\udfff]")
 """C0, DEL and C1 controls (category Cc): C1 bytes such as U+009B act as terminal escapes."""
-_CYCLE: Final = "<cycle>"
-_TOO_DEEP: Final = "<max depth>"
 _TRUNCATION_MARK: Final = "…[truncated]"
-
-
-class Normalized:
-    """A value a producer already passed through :func:`normalize`; normalizing it again is a no-op.
-
-    Producers that put the same payload in two events (a model's message in ``llm.ai.response`` and
-    again in ``run.end``) wrap the first result instead of paying for the walk twice.
-    """
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: JsonValue) -> None:
-        self.value = value
-
-
-def normalize(value: Any) -> JsonValue:
-    """Return the canonical JSON-compatible form of ``value``.
-
-    Rules (documented in docs/concepts.md): mappings get ``str`` keys; tuples, lists, sets become lists
-    (sets sorted by their JSON text); LangChain messages and pydantic models are dumped; dataclasses
-    become objects; datetimes, dates and times are ISO-8601; enums give their value; ``Decimal``,
-    ``UUID`` and paths give ``str``; ``bytes`` give ``{"$bytes": "<base64>"}``; NaN and infinities
-    give ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; integers beyond 64 bits give their decimal string;
-    lone surrogates become U+FFFD; a reference cycle gives ``"<cycle>"``; anything else gives ``str()``.
-    """
-    return _normalize(value, 0, set())
-
-
-def _normalize(value: Any, depth: int, active: set[int]) -> JsonValue:
-    kind = type(value)
-    if kind is str:
-        return value if value.isascii() else _clean_text(value)
-    if value is None or kind is bool:
-        return value  # type: ignore[no-any-return]  # exactly None, True or False
-    if kind is int:
-        return value if INT_RANGE[0] <= value <= INT_RANGE[1] else str(value)
-    if kind is float:
-        return value if math.isfinite(value) else _non_finite(value)
-    if depth >= MAX_DEPTH:
-        return _TOO_DEEP
-    if kind is dict or kind is list or kind is tuple:  # exact types: skips the ABC checks below
-        marker = id(value)
-        if marker in active:
-            return _CYCLE
-        active.add(marker)
-        depth += 1
-        try:
-            if kind is dict:
-                return {
-                    key if type(key) is str and key.isascii() else _key(key):
-                        _normalize(item, depth, active)
-                    for key, item in value.items()
-                }
-            return [_normalize(item, depth, active) for item in value]
-        finally:
-            active.discard(marker)
-    if kind is Normalized:
-        return value.value  # type: ignore[no-any-return]  # normalized by its producer
-    if isinstance(value, Mapping | list | tuple | set | frozenset | BaseModel) or (
-        dataclasses.is_dataclass(value) and not isinstance(value, type)
-    ):
-        marker = id(value)
-        if marker in active:
-            return _CYCLE
-        active.add(marker)
-        try:
-            return _normalize_container(value, depth + 1, active)
-        finally:
-            active.discard(marker)
-    return _normalize_leaf(value)
-
-
-def _normalize_container(value: Any, depth: int, active: set[int]) -> JsonValue:
-    if isinstance(value, Mapping):
-        return {_key(key): _normalize(item, depth, active) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_normalize(item, depth, active) for item in value]
-    if isinstance(value, set | frozenset):
-        items = [_normalize(item, depth, active) for item in value]
-        return sorted(items, key=dumps)
-    if isinstance(value, BaseModel):
-        try:
-            dumped = value.model_dump(mode="python")
-        except Exception:  # noqa: BLE001 - a model whose serializer fails must not lose the event
-            return _normalize_leaf(value)
-        return _normalize(dumped, depth, active)
-    return {
-        field.name: _normalize(getattr(value, field.name), depth, active)
-        for field in dataclasses.fields(value)
-    }
-
-
-def _normalize_leaf(value: Any) -> JsonValue:
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, enum.Enum):
-        return _normalize(value.value, MAX_DEPTH - 1, set())
-    if isinstance(value, int):
-        return _normalize(int(value), 0, set())
-    if isinstance(value, float):
-        return _normalize(float(value), 0, set())
-    if isinstance(value, str):  # a str subclass: its characters, whatever its __str__ says
-        return _clean_text(str.__str__(value))
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
-    if isinstance(value, bytes | bytearray | memoryview):
-        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, Decimal | uuid.UUID | PurePath):
-        return str(value)
-    return _text_of(value)
-
-
-def _text_of(value: Any) -> str:
-    try:
-        text = str(value)
-    except Exception:  # noqa: BLE001 - a broken __str__ must not lose the event
-        text = f"<unprintable {type(value).__name__}>"
-    return _clean_text(text)
-
-
-def _key(key: Any) -> str:
-    if isinstance(key, str):
-        return _clean_text(str.__str__(key))
-    if isinstance(key, enum.Enum):
-        key = key.value
-    return _text_of(key)
-
-
-def _clean_text(text: str) -> str:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _SURROGATES.sub("\ufffd", text)
-    return text
-
-
-def _non_finite(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
-
-
-_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def dumps(value: JsonValue) -> str:
-    """The canonical JSON text of an already normalized value (compact, UTF-8, no NaN)."""
-    return _ENCODER.encode(value)
-
-
-_SCAN: Final = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__, untyped
-
-
-def loads(text: str) -> Any:
-    """Decode JSON text written by ``dumps``; every call returns a fresh, caller-owned value.
-
-    The canonical text has no whitespace to skip, so the C scanner is called directly, without
-    ``json.loads``' Python-level wrapper; anything unexpected goes through ``json.loads`` and its
-    usual errors."""
-    if text == "{}":
-        return {}
-    try:
-        value, end = _SCAN(text, 0)
-    except StopIteration:
-        return json.loads(text)
-    return value if end == len(text) else json.loads(text)
 
 
 def validate_id(name: str, value: object) -> str:
