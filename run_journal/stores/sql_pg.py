@@ -32,6 +32,7 @@ class PgListener:
         self._latest: dict[str, int] = {}
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._closed = False
+        self._discarding: set[asyncio.Task[None]] = set()
 
     @contextlib.contextmanager
     def interest(self, thread_id: str) -> Iterator[None]:
@@ -87,8 +88,18 @@ class PgListener:
         self._wake(self._waiters.get(thread_id, ()))
 
     def _on_lost(self, _connection: object) -> None:
-        self._connection = self._driver = None
+        lost, self._connection, self._driver = self._connection, None, None
+        if lost is not None:  # hand the dead connection back to the pool as invalid (no leaked checkout)
+            task = asyncio.get_running_loop().create_task(self._discard(lost))
+            self._discarding.add(task)
+            task.add_done_callback(self._discarding.discard)
         self._wake_all()
+
+    @staticmethod
+    async def _discard(connection: Any) -> None:
+        with contextlib.suppress(Exception):
+            await connection.invalidate()
+            await connection.close()
 
     def _wake_all(self) -> None:
         for waiters in list(self._waiters.values()):
