@@ -134,8 +134,8 @@ def validate_event_type(event_type: str, category: str) -> None:
     Unknown event types are allowed (additions are additive), but they must respect the limits and
     use one of the eight categories; known ones must use the category the catalog gives them.
     """
-    if type(event_type) is str and type(category) is str:
-        _validate_event_type(event_type, category)  # cached: producers repeat a few names
+    if type(event_type) is str and isinstance(category, str):
+        _validate_event_type(event_type, str(category))  # cached: producers repeat a few names
     else:
         _validate_event_type.__wrapped__(event_type, category)
 

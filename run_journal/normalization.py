@@ -173,12 +173,21 @@ def _non_finite(value: float) -> str:
     return "Infinity" if value > 0 else "-Infinity"
 
 
-_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+def _not_json(value: object) -> None:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# The C encoder built once (``JSONEncoder.encode`` builds it again on every call), with the settings of
+# ``json.dumps(ensure_ascii=False, separators=(",", ":"), allow_nan=False)``; no cycle markers, because
+# normalized values have no cycles.
+_ENCODE: Final = json.encoder.c_make_encoder(  # type: ignore[attr-defined]  # untyped C accelerator
+    None, _not_json, json.encoder.encode_basestring, None, ":", ",", False, False, False
+)
 
 
 def dumps(value: JsonValue) -> str:
     """The canonical JSON text of an already normalized value (compact, UTF-8, no NaN)."""
-    return _ENCODER.encode(value)
+    return "".join(_ENCODE(value, 0))
 
 
 _SCAN: Final = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__, untyped

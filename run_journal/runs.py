@@ -134,6 +134,7 @@ class RunRow:
         if self.user_id is not None:
             validate_id("user_id", self.user_id)
         object.__setattr__(self, "status", RunStatus(self.status))
+        object.__setattr__(self, "metadata", normalize(self.metadata or {}))
         for name in ("started_at", "ended_at", "updated_at"):
             moment = getattr(self, name)
             if moment is not None:
@@ -180,7 +181,7 @@ class RunRow:
             "message_count": self.message_count,
             "first_human_message": self.first_human_message,
             "last_ai_message": self.last_ai_message,
-            "metadata": normalize(self.metadata),
+            "metadata": self.metadata,
         }
 
     @classmethod

@@ -326,7 +326,7 @@ class MemoryRunEventStore(RunEventStore):
             self._runs[row.run_id] = _StoredRun(
                 row_json, first_put_at, row.thread_id, row.status, row.run_id, row.started_at
             )
-        return RunRow.from_dict(loads(row_json))
+        return row  # the caller's frozen row is what was stored (RunRow normalizes its metadata)
 
     async def get_run(self, run_id: str) -> RunRow | None:
         validate_id("run_id", run_id)
