@@ -23,7 +23,7 @@ from langgraph.errors import GraphBubbleUp
 
 from run_journal import journal_payloads as p
 from run_journal.catalog import category_of
-from run_journal.envelope import NewEvent, Normalized, normalize, utc_now, validate_id
+from run_journal.envelope import NewEvent, Normalized, utc_now, validate_id
 from run_journal.journal_state import LlmCall, RunState, ToolRun
 from run_journal.redact import Redactor
 from run_journal.runs import RunRow, RunStatus
@@ -70,7 +70,7 @@ class JournalCore:
         key = message.id if isinstance(message.id, str) and message.id else None
         cached = self._payloads.get(key) if key else None
         if cached is None or cached[0] is not message:
-            payload = normalize(p.message_payload(message, self._redact))
+            payload = p.message_payload(message, self._redact)  # normalized once, there
             cached = (message, Normalized(payload))
             if key:
                 self._payloads[key] = cached

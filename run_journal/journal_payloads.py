@@ -121,15 +121,15 @@ def message_text(message: BaseMessage) -> str:
 
 
 def message_payload(message: BaseMessage, redact: Redactor) -> JsonValue:
-    """The message's normalized dump with every tool call's arguments redacted.
-
-    A message without tool calls is returned as is: ``NewEvent`` normalizes it once, and a second
-    normalization here would double the hot path's largest cost.
-    """
-    if not getattr(message, "tool_calls", None) and not getattr(message, "invalid_tool_calls", None) \
-            and "tool_calls" not in (message.additional_kwargs or {}):
-        return message  # type: ignore[return-value]  # NewEvent normalizes it
-    data = normalize(message)
+    """The message in its compact dump: ``model_dump()`` without default-valued fields (empty
+    ``additional_kwargs``, ``None`` name...), ``type`` always kept, normalized, with every tool
+    call's arguments redacted. Smaller rows, and half the normalization cost of a full dump."""
+    try:
+        dumped = message.model_dump(exclude_defaults=True)
+    except Exception:  # noqa: BLE001 - a message that cannot dump itself is stored as normalize() sees it
+        return normalize(message)
+    dumped["type"] = message.type
+    data = normalize(dumped)
     if not isinstance(data, dict):
         return data
     for key in ("tool_calls", "invalid_tool_calls"):
