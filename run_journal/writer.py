@@ -249,14 +249,18 @@ class EventWriter:
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
-            deadline = time.monotonic() + self.flush_interval
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.flush_interval
+            timer: asyncio.TimerHandle | None = None  # one timer per batch, no task per wait
             while not (self._urgent or self._closing or len(self._queue) >= self.batch_size):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if loop.time() >= deadline:
                     break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), remaining)
+                if timer is None:
+                    timer = loop.call_at(deadline, self._wakeup.set)
+                await self._wakeup.wait()
                 self._wakeup.clear()
+            if timer is not None:
+                timer.cancel()
             with self._lock:
                 self._signalled = False
                 urgent, self._urgent = self._urgent, False
