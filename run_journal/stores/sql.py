@@ -98,6 +98,8 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         # SQLite has one writer at a time anyway: queueing in-process writers here is cheaper than
         # letting them spin in SQLite's busy handler.
         self._local_write_lock = asyncio.Lock() if dialect == "sqlite" else None
+        self._writer_conn: AsyncConnection | None = None
+        self._writer_driver: Any = None
         self._insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
         self._setup_done = False
         self._channel = schema.channel_name(self.schema_name)
@@ -141,6 +143,10 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         if self._closed:
             return
         await super().aclose()
+        if self._writer_conn is not None:
+            async with self._write_lock():
+                await self._writer_conn.close()
+            self._writer_conn = None
         if self._listener is not None:
             await self._listener.close()
         if self._owns_engine:
@@ -212,13 +218,21 @@ class SqlRunEventStore(SqlReads, RunEventStore):
                 last = await self._bump(conn, thread_id, len(fresh))
                 return await self._write(conn, thread_id, fresh, last)
         rows = [raw.insert_values(item, 0) for item in fresh]
-        async with self._write_lock(), self._engine.connect() as conn:
-            driver = await self._sqlite_driver(conn)
+        async with self._write_lock():
+            driver = await self._sqlite_writer()
             last = await raw.in_driver_thread(
                 driver, raw.write_new, self._bump_sql, self._insert_sql, thread_id, rows
             )
         first = last - len(fresh) + 1
         return {item.event_id: first + n for n, item in enumerate(fresh)}
+
+    async def _sqlite_writer(self) -> Any:
+        """The aiosqlite connection SQLite writes use, checked out of the pool once and kept (under
+        ``_write_lock``, one writer at a time): a pool checkout per write cost more than the write."""
+        if self._writer_conn is None or self._writer_conn.closed or self._writer_conn.invalidated:
+            self._writer_conn = await self._engine.connect()
+            self._writer_driver = await self._sqlite_driver(self._writer_conn)
+        return self._writer_driver
 
     async def _sqlite_driver(self, conn: AsyncConnection) -> Any:
         """The aiosqlite connection under a pooled SQLAlchemy connection, configured once."""
@@ -251,8 +265,8 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         await self._ready()
         if self.dialect == "sqlite":  # one hand-off to the driver thread, as for event writes
             params = (event.thread_id, event.run_id, *types, event.event_id, event.event_id)
-            async with self._write_lock(), self._engine.connect() as conn:
-                driver = await self._sqlite_driver(conn)
+            async with self._write_lock():
+                driver = await self._sqlite_writer()
                 seq, found = await raw.in_driver_thread(
                     driver, raw.write_if_absent, raw.if_absent_sql(self._events_sql, len(types)),
                     params, self._bump_sql, self._insert_sql, raw.insert_values(event, 0),
@@ -306,8 +320,8 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         if self.dialect == "sqlite":  # one hand-off to the driver thread, as for event writes
             values = schema.run_values(row)
             ordered = tuple(values[name] for name in self._run_columns)
-            async with self._write_lock(), self._engine.connect() as conn:
-                driver = await self._sqlite_driver(conn)
+            async with self._write_lock():
+                driver = await self._sqlite_writer()
                 written, owner = await raw.in_driver_thread(
                     driver, raw.write_run, self._upsert_run_sql, self._runs_sql, ordered
                 )
