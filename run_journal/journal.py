@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, ParamSpec, Self, TypeVar
+from typing import Any, Final, ParamSpec, Self, TypeVar
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
@@ -53,9 +53,16 @@ def _guarded(method: Callable[P, None]) -> Callable[P, None]:
         except Exception:  # a journaling bug must not become the user's exception
             journal._writer.callback_errors += 1
             logger.exception("run-journal: %s failed", method.__name__)
-        journal._writer.throttle()
+        if journal._writer.throttle():
+            journal._await_room()
 
     return wrapper
+
+
+_AWAITABLE_CALLBACKS: Final = (
+    "on_chain_start", "on_chain_end", "on_chain_error", "on_chat_model_start", "on_llm_start",
+    "on_llm_new_token", "on_llm_end", "on_llm_error", "on_tool_start", "on_tool_end", "on_tool_error",
+)
 
 
 class RunJournal(JournalCore, BaseCallbackHandler):
@@ -112,6 +119,25 @@ class RunJournal(JournalCore, BaseCallbackHandler):
             store, self._row_for, batch_size=batch_size, flush_interval=flush_interval,
             row_interval=row_interval, max_pending=max_pending, retry=retry,
         )
+
+    # -- backpressure on the writer's loop ----------------------------------------------------------
+    def _await_room(self) -> None:
+        """The queue is over ``max_pending`` and this callback ran on the writer's loop, which must
+        not block. LangChain awaits a handler method that is a coroutine function, so until the queue
+        has room again the callbacks are shadowed on this instance by coroutine versions that wait
+        for the writer; the normal path stays plain calls."""
+        if "on_llm_end" in self.__dict__:
+            return
+        for name in _AWAITABLE_CALLBACKS:
+            setattr(self, name, functools.partial(self._awaiting_callback, getattr(type(self), name)))
+
+    async def _awaiting_callback(self, callback: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        callback(self, *args, **kwargs)
+        if threading.get_ident() == self._writer.loop_thread:
+            await self._writer.wait_for_room()
+        if not self._writer.needs_room():
+            for name in _AWAITABLE_CALLBACKS:
+                self.__dict__.pop(name, None)
 
     # -- public surface ---------------------------------------------------------------------------
     @property

@@ -22,9 +22,10 @@ overtake earlier ones), keeps every event in memory and reports the error from `
 ``aclose()``; each flush tries again. Nothing is dropped.
 
 Backpressure: the queue is bounded by ``max_pending``. A callback on another thread (a sync tool in
-an executor) waits for the writer to make room. A callback on the writer's own loop thread cannot
-wait (the writer needs that thread to make room), so it is accepted and counted in
-``stats.over_limit``; so are events queued while the writer is failed or not making progress.
+an executor) waits in ``throttle()`` for the writer to make room. A callback on the writer's own loop
+thread must not block it; ``throttle()`` tells the journal, whose next callbacks become coroutines that
+``await wait_for_room()``. Events queued while the writer is failed or not making progress are
+accepted and counted in ``stats.over_limit``: the agent's run always finishes.
 """
 
 from __future__ import annotations
@@ -154,6 +155,7 @@ class EventWriter:
         self._thread: threading.Thread | None = None
         self._task: asyncio.Future[None] | None = None
         self._wakeup = asyncio.Event()
+        self._room_event = asyncio.Event()
         self._signalled = False
         self._urgent = False
         self._closing = False
@@ -175,16 +177,34 @@ class EventWriter:
         if poke:
             self._poke()
 
-    def throttle(self) -> None:
-        """Backpressure, called outside the journal's lock: wait for room unless that would deadlock."""
-        if len(self._queue) <= self.max_pending or threading.get_ident() == self._loop_thread:
-            return
+    def throttle(self) -> bool:
+        """Backpressure, called outside the journal's lock. Another thread waits here for room; on the
+        writer's own loop thread waiting would deadlock, so it returns True: the caller must wait with
+        ``await wait_for_room()`` before its next event."""
+        if len(self._queue) <= self.max_pending:
+            return False
+        if threading.get_ident() == self._loop_thread:
+            return self.needs_room()
         with self._room:
             while len(self._queue) > self.max_pending and not (self._failure or self._stalled):
                 before = self._counts["written"]
                 self._room.wait(STALL_TIMEOUT)
                 if self._counts["written"] == before:
                     self._stalled = True  # the writer's loop is blocked or gone: stop waiting on it
+        return False
+
+    async def wait_for_room(self) -> None:
+        """On the writer's loop: yield to it until the queue is back under ``max_pending`` (or the
+        writer failed or made no progress for ``STALL_TIMEOUT`` s: the run must still finish)."""
+        while self.needs_room():
+            before = self._counts["written"]
+            self._room_event.clear()
+            self._wakeup.set()  # the writer drains now instead of waiting for its batch timer
+            try:
+                await asyncio.wait_for(self._room_event.wait(), STALL_TIMEOUT)
+            except TimeoutError:
+                if self._counts["written"] == before:
+                    self._stalled = True
 
     def stats(self) -> JournalStats:
         with self._lock:
@@ -198,6 +218,15 @@ class EventWriter:
         with self._lock:
             known = (item if isinstance(item, NewEvent) else item.known_event() for item in self._queue)
             return [event for event in known if event is not None]
+
+    @property
+    def loop_thread(self) -> int | None:
+        """The thread whose event loop runs the writer (None before the first event)."""
+        return self._loop_thread
+
+    def needs_room(self) -> bool:
+        """Over ``max_pending`` while waiting could still help (the writer is neither failed nor stuck)."""
+        return len(self._queue) > self.max_pending and not (self._failure or self._stalled)
 
     @property
     def started(self) -> bool:
@@ -286,6 +315,7 @@ class EventWriter:
                 self._counts["batches"] += 1
                 self._stalled = False
                 self._room.notify_all()
+            self._room_event.set()
             for event in events:
                 self._status = STATUS_AFTER.get(event.event_type, self._status)
             self._row_dirty = True

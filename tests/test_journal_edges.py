@@ -75,3 +75,43 @@ async def test_a_consumer_leaving_astream_early_cancels_the_run(store: RunEventS
     row = await store.get_run(journal.run_id)
     assert row is not None
     assert row.status == "cancelled"
+
+
+async def test_callbacks_on_the_event_loop_wait_for_room_when_the_store_is_slow() -> None:
+    """Backpressure for async graphs: over ``max_pending``, callbacks on the writer's loop await room
+    (LangChain awaits coroutine callbacks) instead of growing the queue without bound."""
+    from run_journal.stores.memory import MemoryRunEventStore
+
+    class SlowStore(MemoryRunEventStore):
+        async def put_batch(self, events: Any) -> Any:
+            await asyncio.sleep(0.02)
+            return await super().put_batch(events)
+
+    store = SlowStore()
+    calls = 40
+    model = GenericFakeChatModel(messages=iter([AIMessage(f"reply {n}") for n in range(calls)]))
+
+    async def chatty(state: MessagesState) -> dict[str, Any]:
+        replies = [await model.ainvoke(f"question {n}") for n in range(calls)]
+        return {"messages": replies[-1:]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("chatty", chatty)
+    graph.add_edge(START, "chatty")
+    journal = RunJournal(store, thread_id="slow-store", max_pending=8, batch_size=4)
+    peak = 0
+    submit = journal._writer.submit
+
+    def tracking_submit(item: Any) -> None:
+        nonlocal peak
+        submit(item)
+        peak = max(peak, journal.stats.pending)
+
+    journal._writer.submit = tracking_submit  # type: ignore[method-assign]  # observe the queue
+    await graph.compile().ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [journal]})
+    await journal.aclose()
+    events = await store.list_events("slow-store", limit=1000)
+    assert sum(e.event_type == "llm.ai.response" for e in events) == calls
+    assert status_of(events) == "success"
+    assert peak <= 8 + 2  # a callback may queue a couple of events before it waits
+    assert journal.stats.over_limit <= 2 * calls // 4
