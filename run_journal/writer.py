@@ -30,10 +30,8 @@ accepted and counted in ``stats.over_limit``: the agent's run always finishes.
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import threading
@@ -47,66 +45,13 @@ from run_journal.envelope import NewEvent
 from run_journal.runs import STATUS_AFTER, RunRow, RunStatus
 from run_journal.stores.base import RunEventStore
 from run_journal.stores.urls import open_store
+from run_journal.writer_types import DeferredEvent, JournalError, JournalStats, RetryPolicy
+
+__all__ = ["DeferredEvent", "EventWriter", "JournalError", "JournalStats", "RetryPolicy"]
 
 logger = logging.getLogger("run_journal")
 STALL_TIMEOUT: Final = 1.0
 """Seconds a blocked producer waits for the writer's progress before it stops waiting."""
-
-
-class JournalError(RuntimeError):
-    """Events or the run row could not be written (the message says how many and why)."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How often and how patiently a failed write is retried before the writer reports failure."""
-
-    attempts: int = 5
-    initial_delay: float = 0.05
-    max_delay: float = 2.0
-    multiplier: float = 2.0
-
-    def delay(self, attempt: int) -> float:
-        return float(min(self.max_delay, self.initial_delay * self.multiplier**attempt))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JournalStats:
-    """A snapshot of the writer's counters (``journal.stats``)."""
-
-    submitted: int = 0
-    written: int = 0
-    pending: int = 0
-    retried: int = 0
-    failed_batches: int = 0
-    batches: int = 0
-    row_writes: int = 0
-    over_limit: int = 0
-    superseded: int = 0
-    """Terminal events not written because the run was already closed (by ``reconcile_orphans``)."""
-    callback_errors: int = 0
-    last_error: str | None = None
-
-
-class DeferredEvent(abc.ABC):
-    """An event whose payload needs a store read; resolved once, by the writer, in queue order."""
-
-    _event: NewEvent | None = None
-
-    _resolved: bool = False
-
-    async def event(self, store: RunEventStore) -> NewEvent | None:
-        if not self._resolved:
-            self._event, self._resolved = await self.resolve(store), True
-        return self._event
-
-    def known_event(self) -> NewEvent | None:
-        """The event as far as it is known before it is resolved (for ``unwritten_events``)."""
-        return self._event
-
-    @abc.abstractmethod
-    async def resolve(self, store: RunEventStore) -> NewEvent | None:
-        """The event to write, or None when the store shows it must not be written."""
 
 
 QueueItem = NewEvent | DeferredEvent
