@@ -10,12 +10,14 @@ native to ``sqlite3`` and go through ``text()`` on PostgreSQL.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy import Connection
+from sqlalchemy.util import await_only
 
 from run_journal.envelope import NewEvent, RunEvent
 from run_journal.stores.base import metadata_task_id
@@ -110,10 +112,29 @@ def prepare_sqlite(pooled: Any, busy_ms: int) -> None:
     raw.isolation_level = None
     cursor = raw.cursor()
     cursor.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
-    cursor.execute("PRAGMA journal_mode = WAL")
+    _switch_to_wal(cursor, busy_ms)
     cursor.execute("PRAGMA synchronous = NORMAL")
     cursor.close()
     pooled.info[READY] = True
+
+
+def _switch_to_wal(cursor: Any, busy_ms: int) -> None:
+    """``PRAGMA journal_mode = WAL``, retried: SQLite answers "database is locked" at once, without
+    its busy handler, when another connection holds a lock while a fresh file switches to WAL (several
+    processes opening a new store together). Waits on the event loop (this runs inside SQLAlchemy's
+    greenlet), never blocks it. The mode is stored in the file, so later connections find it set."""
+    cursor.execute("PRAGMA journal_mode")
+    if str(cursor.fetchone()[0]).lower() == "wal":
+        return
+    for _ in range(max(1, busy_ms // 10)):
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error):
+                raise
+            await_only(asyncio.sleep(0.01))
+    cursor.execute("PRAGMA journal_mode = WAL")
 
 
 def sqlite_begin(connection: Connection) -> None:
