@@ -296,12 +296,7 @@ class EventWriter:
             events.extend(pending)
 
     async def _write_terminal(self, store: RunEventStore, event: NewEvent) -> bool:
-        stored, _ = await store.put_if_absent(
-            thread_id=event.thread_id, run_id=event.run_id, event_type=event.event_type,
-            category=event.category, content=event.content, metadata=event.metadata,
-            created_at=event.created_at, event_id=event.event_id, user_id=event.user_id,
-            exclusive_types=TERMINAL_RUN_EVENTS,
-        )
+        stored, _ = await store.put_event_if_absent(event, exclusive_types=TERMINAL_RUN_EVENTS)
         if stored.event_id == event.event_id:
             return True
         logger.warning(

@@ -74,10 +74,10 @@ async def test_a_reconciler_racing_the_terminal_write_leaves_one_terminal_event(
                 await self.race()
             return await super().put_batch(events)
 
-        async def put_if_absent(self, **fields: Any) -> Any:
-            if fields["event_type"] == "run.end":
+        async def put_event_if_absent(self, event: Any, **options: Any) -> Any:
+            if event.event_type == "run.end":
                 await self.race()
-            return await super().put_if_absent(**fields)
+            return await super().put_event_if_absent(event, **options)
 
     store = Racy()
     journal = RunJournal(store, thread_id="race", flush_interval=0)

@@ -201,6 +201,13 @@ class RunEventStore(abc.ABC):
                 "created_at": created_at, "event_id": event_id, "user_id": user_id,
             }
         )
+        return await self.put_event_if_absent(event, exclusive_types=exclusive_types)
+
+    async def put_event_if_absent(
+        self, event: NewEvent, *, exclusive_types: Collection[str] | None = None
+    ) -> tuple[RunEvent, bool]:
+        """``put_if_absent`` for an event that is already built (validated and serialized once):
+        what a writer that queued ``NewEvent`` objects calls, so nothing is normalized twice."""
         types = exclusive_set(event.event_type, exclusive_types)
         self._check_open()
         return await self._put_if_absent(event, types)
