@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from run_journal.catalog import ID_MAX_LENGTH, Category, validate_event_type
 from run_journal.normalization import (
@@ -211,10 +211,11 @@ def _shorten_longest_text(value: JsonValue, excess: int) -> JsonValue:
 
 
 _UNDECODED: Final[Any] = object()
-_RECORD_FIELDS: Final = (
-    "thread_id", "run_id", "seq", "event_type", "category", "content", "metadata", "created_at",
-    "event_id", "user_id",
-)
+_new_record = object.__new__
+
+
+def _column(index: int, doc: str) -> Any:
+    return property(lambda event: event._row[index], doc=doc)
 
 
 class RunEvent:
@@ -223,37 +224,40 @@ class RunEvent:
     ``seq`` is assigned by the store in the same step that persists the event: per thread it starts at
     1 and is dense, so a consumer detects loss by looking for holes (``find_gaps``), never by time.
 
-    A record read from a store that keeps JSON text (SQL, memory) decodes ``content`` and ``metadata``
-    on first access, so a page read by a consumer that only looks at names and seqs (gap checks,
-    status folds, timelines) never pays for decoding payloads.
+    A record read from a store is the stored row itself (``from_row``): ``content``, ``metadata``
+    and ``created_at`` are decoded on first access. A page read by a consumer that only looks at
+    names and seqs (gap checks, status folds, timelines) never pays for decoding payloads, and a
+    page of 500 costs little more than the query that fetched it.
     """
 
-    __slots__ = (
-        "_content",
-        "_content_json",
-        "_metadata",
-        "_metadata_json",
-        "category",
-        "created_at",
-        "event_id",
-        "event_type",
-        "run_id",
-        "seq",
-        "thread_id",
-        "user_id",
-    )
-    thread_id: str
-    run_id: str
-    seq: int
-    event_type: str
-    category: str
-    created_at: datetime
-    event_id: str
-    user_id: str | None
+    __slots__ = ("_content", "_created_at", "_metadata", "_row")
+    _row: tuple[Any, ...]  # the stored columns in ``COLUMNS`` order (content, metadata: JSON text)
     _content: Any
     _metadata: Any
-    _content_json: str
-    _metadata_json: str
+    _created_at: Any
+
+    COLUMNS: Final = (
+        "thread_id", "run_id", "seq", "event_type", "category", "content", "metadata", "created_at",
+        "event_id", "user_id",
+    )
+    """The order of ``from_row``'s row (the SQL stores select exactly these columns)."""
+
+    if TYPE_CHECKING:
+        thread_id: str
+        run_id: str
+        seq: int
+        event_type: str
+        category: str
+        event_id: str
+        user_id: str | None
+    else:  # read straight from the row: no per-field work when a record is built
+        thread_id = _column(0, "The conversation the event belongs to.")
+        run_id = _column(1, "The run that produced the event.")
+        seq = _column(2, "Position in the thread: from 1, dense, assigned by the store.")
+        event_type = _column(3, "A catalog name (``run_journal.catalog``).")
+        category = _column(4, "The catalog category of ``event_type`` (or a legacy alias).")
+        event_id = _column(8, "Unique per store; a retried write with the same id writes nothing.")
+        user_id = _column(9, "The owner for scoped reads, or None.")
 
     def __init__(
         self,
@@ -268,67 +272,50 @@ class RunEvent:
         event_id: str,
         user_id: str | None = None,
     ) -> None:
-        self._fill(thread_id, run_id, seq, event_type, category, created_at, event_id, user_id)
-        setter = object.__setattr__
-        setter(self, "_content", content)
-        setter(self, "_metadata", metadata)
-        setter(self, "_content_json", "")
-        setter(self, "_metadata_json", "")
+        _ROW(self, (thread_id, run_id, seq, event_type, category, None, None, None, event_id, user_id))
+        _CONTENT(self, content)
+        _METADATA(self, metadata)
+        _CREATED_AT(self, as_utc(created_at))
 
     @classmethod
-    def from_json(
-        cls,
-        *,
-        thread_id: str,
-        run_id: str,
-        seq: int,
-        event_type: str,
-        category: str,
-        content_json: str,
-        metadata_json: str,
-        created_at: datetime,
-        event_id: str,
-        user_id: str | None = None,
-    ) -> RunEvent:
-        """A record whose payload is still the stored JSON text (decoded once, when first read)."""
-        event = cls.__new__(cls)
-        event._fill(thread_id, run_id, seq, event_type, category, created_at, event_id, user_id)
-        setter = object.__setattr__
-        setter(event, "_content", _UNDECODED)
-        setter(event, "_metadata", _UNDECODED)
-        setter(event, "_content_json", content_json)
-        setter(event, "_metadata_json", metadata_json)
-        return event
+    def from_row(cls, row: tuple[Any, ...]) -> RunEvent:
+        """A record over a stored row (``COLUMNS`` order; ``created_at`` as ISO text or a datetime).
 
-    def _fill(
-        self, thread_id: str, run_id: str, seq: int, event_type: str, category: str,
-        created_at: datetime, event_id: str, user_id: str | None,
-    ) -> None:
-        setter = object.__setattr__
-        setter(self, "thread_id", thread_id)
-        setter(self, "run_id", run_id)
-        setter(self, "seq", seq)
-        setter(self, "event_type", event_type)
-        setter(self, "category", category)
-        # Every record, however built (a store read, an export line), carries an aware UTC time.
-        setter(self, "created_at", as_utc(created_at))
-        setter(self, "event_id", event_id)
-        setter(self, "user_id", user_id)
+        Nothing is parsed until read: each record decodes its own payload copies on first access.
+        """
+        event: RunEvent = _new_record(cls)
+        _ROW(event, row)
+        _CONTENT(event, _UNDECODED)
+        _METADATA(event, _UNDECODED)
+        _CREATED_AT(event, _UNDECODED)
+        return event
 
     @property
     def content(self) -> JsonValue:
+        """The event's payload (decoded from the stored JSON on first access)."""
         value: JsonValue = self._content
         if value is _UNDECODED:
-            value = loads(self._content_json)
-            object.__setattr__(self, "_content", value)
+            value = loads(self._row[5])
+            _CONTENT(self, value)
         return value
 
     @property
     def metadata(self) -> JsonObject:
+        """Attribution and measurements (caller, usage, latency, ...): a JSON object."""
         value: JsonObject = self._metadata
         if value is _UNDECODED:
-            value = loads(self._metadata_json)
-            object.__setattr__(self, "_metadata", value)
+            value = loads(self._row[6])
+            _METADATA(self, value)
+        return value
+
+    @property
+    def created_at(self) -> datetime:
+        """When the event happened, timezone-aware UTC."""
+        value: datetime = self._created_at
+        if value is _UNDECODED:
+            stored = self._row[7]
+            value = as_utc(datetime.fromisoformat(stored) if isinstance(stored, str) else stored)
+            _CREATED_AT(self, value)
         return value
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -340,13 +327,16 @@ class RunEvent:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RunEvent):
             return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in _RECORD_FIELDS)
+        return all(getattr(self, name) == getattr(other, name) for name in self.COLUMNS)
 
     __hash__ = None  # type: ignore[assignment]  # payloads are dicts: a record is not hashable
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _RECORD_FIELDS)
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.COLUMNS)
         return f"RunEvent({fields})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RunEvent.from_dict, (self.to_dict(),))
 
     def to_dict(self) -> JsonObject:
         """The JSON form of the record (validates against the contract's record schema)."""
@@ -389,12 +379,11 @@ class RunEvent:
         decodes fresh payload objects, for a store that returns the same ``NewEvent`` to many readers.
         """
         if copy:
-            return cls.from_json(
-                thread_id=event.thread_id, run_id=event.run_id, seq=seq, event_type=event.event_type,
-                category=event.category, content_json=event.content_json,
-                metadata_json=event.metadata_json, created_at=event.created_at,
-                event_id=event.event_id, user_id=event.user_id,
-            )
+            return cls.from_row((
+                event.thread_id, event.run_id, seq, event.event_type, event.category,
+                event.content_json, event.metadata_json, event.created_at, event.event_id,
+                event.user_id,
+            ))
         return cls(
             thread_id=event.thread_id,
             run_id=event.run_id,
@@ -421,3 +410,11 @@ class RunEvent:
             event_id=self.event_id,
             user_id=self.user_id,
         )
+
+
+def _slot_setter(name: str) -> Any:
+    return RunEvent.__dict__[name].__set__
+
+
+# Records are built by setting their slots directly (``__setattr__`` refuses: records are frozen).
+_ROW, _CONTENT, _METADATA, _CREATED_AT = map(_slot_setter, ("_row", "_content", "_metadata", "_created_at"))

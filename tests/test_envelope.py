@@ -8,10 +8,12 @@ limits. The property tests check that normalizing is a fixed point and survives 
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import enum
 import hashlib
 import math
+import pickle
 import uuid
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
@@ -153,6 +155,25 @@ def test_run_event_is_frozen_and_reads_are_fresh_copies() -> None:
     second = RunEvent.stored(written, 1, copy=True)
     assert second.content == {"reason": "user", "items": [1, 2]}
     assert written.content == {"reason": "user", "items": [1, 2]}
+
+
+def test_a_record_over_a_stored_row_decodes_lazily_and_survives_pickle_and_copy() -> None:
+    row = (
+        "t-1", "r-1", 3, "run.start", "lifecycle", '{"input": "hi"}', '{"caller": "lead_agent"}',
+        "2026-11-30T06:00:00.000001+00:00", "e-1", None,
+    )
+    record = RunEvent.from_row(row)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.content = {}  # type: ignore[misc]  # assignment must fail
+    assert (record.thread_id, record.seq, record.event_type, record.user_id) == ("t-1", 3, "run.start", None)
+    assert record.created_at == datetime(2026, 11, 30, 6, 0, 0, 1, tzinfo=UTC)
+    assert record.content == {"input": "hi"}
+    assert record.metadata == {"caller": "lead_agent"}
+    assert record.content is record.content  # decoded once, then kept
+    for copied in (pickle.loads(pickle.dumps(record)), copy.deepcopy(record), copy.copy(record)):
+        assert copied == record
+        assert copied is not record
+    assert RunEvent.from_row(row).content is not record.content  # each record its own copy
 
 
 def test_a_write_result_shares_the_writers_payload_but_never_the_stored_bytes() -> None:

@@ -98,8 +98,8 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         # SQLite has one writer at a time anyway: queueing in-process writers here is cheaper than
         # letting them spin in SQLite's busy handler.
         self._local_write_lock = asyncio.Lock() if dialect == "sqlite" else None
-        self._writer_conn: AsyncConnection | None = None
-        self._writer_driver: Any = None
+        self._writer_conn = raw.KeptConnection(engine, self._busy_ms)  # used under _write_lock
+        self._reader_conn = raw.KeptConnection(engine, self._busy_ms)
         self._insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
         self._setup_done = False
         self._channel = schema.channel_name(self.schema_name)
@@ -143,10 +143,9 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         if self._closed:
             return
         await super().aclose()
-        if self._writer_conn is not None:
-            async with self._write_lock():
-                await self._writer_conn.close()
-            self._writer_conn = None
+        await self._reader_conn.close()
+        async with self._write_lock():
+            await self._writer_conn.close()
         if self._listener is not None:
             await self._listener.close()
         if self._owns_engine:
@@ -227,19 +226,10 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         return {item.event_id: first + n for n, item in enumerate(fresh)}
 
     async def _sqlite_writer(self) -> Any:
-        """The aiosqlite connection SQLite writes use, checked out of the pool once and kept (under
-        ``_write_lock``, one writer at a time): a pool checkout per write cost more than the write."""
-        if self._writer_conn is None or self._writer_conn.closed or self._writer_conn.invalidated:
-            self._writer_conn = await self._engine.connect()
-            self._writer_driver = await self._sqlite_driver(self._writer_conn)
-        return self._writer_driver
+        return await self._writer_conn.driver()
 
-    async def _sqlite_driver(self, conn: AsyncConnection) -> Any:
-        """The aiosqlite connection under a pooled SQLAlchemy connection, configured once."""
-        pooled = await conn.get_raw_connection()
-        if not pooled.info.get(raw.READY):
-            await conn.run_sync(lambda sync: raw.prepare_sqlite(sync.connection, self._busy_ms))
-        return pooled.driver_connection
+    async def _sqlite_reader(self) -> Any:
+        return await self._reader_conn.driver()
 
     async def _insert_checked(
         self, thread_id: str, unique: list[NewEvent]

@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Collection, Sequence
-from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import await_only
 
 from run_journal.envelope import NewEvent, RunEvent
@@ -27,9 +27,7 @@ READY: Final = "run_journal_ready"
 WRITE: Final = "run_journal_write"
 BUSY_MS: Final = "run_journal_busy_ms"
 
-EVENT_COLUMNS: Final = (
-    "thread_id, run_id, seq, event_type, category, content, metadata, created_at, event_id, user_id"
-)
+EVENT_COLUMNS: Final = ", ".join(RunEvent.COLUMNS)
 INSERT_COLUMNS: Final = (
     "thread_id", "seq", "run_id", "event_type", "category", "content", "metadata", "task_id",
     "created_at", "event_id", "user_id",
@@ -38,11 +36,7 @@ INSERT_COLUMNS: Final = (
 
 def event_of(row: Sequence[Any]) -> RunEvent:
     """A fresh record from a row in ``EVENT_COLUMNS`` order (each call decodes its own copies)."""
-    return RunEvent.from_json(
-        thread_id=row[0], run_id=row[1], seq=row[2], event_type=row[3], category=row[4],
-        content_json=row[5], metadata_json=row[6], created_at=datetime.fromisoformat(row[7]),
-        event_id=row[8], user_id=row[9],
-    )
+    return RunEvent.from_row(tuple(row))
 
 
 def insert_values(event: NewEvent, seq: int) -> tuple[Any, ...]:
@@ -150,6 +144,42 @@ def sqlite_begin(connection: Connection) -> None:
 
 
 # -- work done in the aiosqlite thread, one hand-off per store operation -----------------------------
+class KeptConnection:
+    """A pooled SQLite connection checked out once and kept until ``close``: a pool checkout (with
+    its reset on return, itself a hand-off) costs more than a page read or a batch write."""
+
+    def __init__(self, engine: AsyncEngine, busy_ms: int) -> None:
+        self._engine = engine
+        self._busy_ms = busy_ms
+        self._conn: AsyncConnection | None = None
+        self._driver: Any = None
+        self._opening = asyncio.Lock()
+
+    async def driver(self) -> Any:
+        """The aiosqlite connection (opened and configured on first use)."""
+        if self._conn is not None and not self._conn.closed and not self._conn.invalidated:
+            return self._driver
+        async with self._opening:
+            if self._conn is None or self._conn.closed or self._conn.invalidated:
+                conn = await self._engine.connect()
+                self._driver = await driver_of(conn, self._busy_ms)
+                self._conn = conn
+        return self._driver
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+
+async def driver_of(conn: AsyncConnection, busy_ms: int) -> Any:
+    """The aiosqlite connection under a pooled SQLAlchemy connection, configured once."""
+    pooled = await conn.get_raw_connection()
+    if not pooled.info.get(READY):
+        await conn.run_sync(lambda sync: prepare_sqlite(sync.connection, busy_ms))
+    return pooled.driver_connection
+
+
 async def in_driver_thread(driver: Any, work: Any, *args: Any) -> Any:
     """Run ``work(sqlite3_connection, *args)`` on the aiosqlite connection's own thread.
 
@@ -249,5 +279,6 @@ def write_run(
     return str(written[0]), str(written[1])
 
 
-def fetch(connection: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[Any]:
-    return connection.execute(sql, params).fetchall()
+def fetch_events(connection: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[RunEvent]:
+    """A page of records; built in the driver thread, so the event loop only receives the list."""
+    return list(map(RunEvent.from_row, connection.execute(sql, params)))

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from sqlalchemy import Select, func, select, text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from run_journal.envelope import RunEvent, validate_id
 from run_journal.stores import sql_raw as raw
@@ -40,7 +40,7 @@ class SqlReads:
     async def _ready(self) -> None:
         raise NotImplementedError
 
-    async def _sqlite_driver(self, conn: AsyncConnection) -> Any:
+    async def _sqlite_reader(self) -> Any:
         raise NotImplementedError
 
     # -- reads -----------------------------------------------------------------------------------
@@ -49,12 +49,12 @@ class SqlReads:
         sql, params = where.select(self._events_sql, descending=descending, limit=limit)
         await self._ready()
         if self.dialect == "sqlite":
-            async with self._engine.connect() as conn:
-                driver = await self._sqlite_driver(conn)
-                rows = await raw.in_driver_thread(driver, raw.fetch, sql, params)
-        else:
-            async with self._reader.connect() as conn:
-                rows = (await conn.execute(text(sql), params)).all()
+            page: list[RunEvent] = await raw.in_driver_thread(
+                await self._sqlite_reader(), raw.fetch_events, sql, params
+            )
+            return page
+        async with self._reader.connect() as conn:
+            rows = (await conn.execute(text(sql), params)).all()
         return [raw.event_of(row) for row in rows]
 
     async def _page(
