@@ -23,6 +23,7 @@ from run_journal.normalization import (
     JsonValue,
     Normalized,
     dumps,
+    encode_value,
     loads,
     normalize,
 )
@@ -141,16 +142,21 @@ class NewEvent:
         validate_event_type(self.event_type, self.category)
         if self.metadata is None:
             metadata: JsonObject = {}
+            metadata_json = "{}"
         elif isinstance(self.metadata, Mapping):
-            metadata = normalize(self.metadata)  # type: ignore[assignment]  # a Mapping normalizes to a dict
+            metadata_json, normalized = encode_value(self.metadata)
+            metadata = normalized  # type: ignore[assignment]  # a Mapping normalizes to a dict
         else:
             raise ValueError(f"metadata must be a mapping, got {type(self.metadata).__name__}")
-        content = normalize(self.content)
-        content_json = dumps(content)
+        given: Any = self.content
+        if type(given) is Normalized:  # a payload its producer normalized and encoded already
+            content, content_json = given.value, given.text
+        else:
+            content_json, content = encode_value(given)
         limit = CONTENT_LIMITS[self.category]  # type: ignore[index]  # a validated category name
         if len(content_json) > limit // 4 and len(content_json.encode("utf-8")) > limit:
             content, content_json, metadata = _cap(content, content_json, metadata, limit)
-        metadata_json = dumps(metadata)
+            metadata_json = dumps(metadata)
         if len(metadata_json) > METADATA_LIMIT // 4 and len(metadata_json.encode()) > METADATA_LIMIT:
             raise ValueError(
                 f"metadata of {self.event_type!r} is larger than {METADATA_LIMIT} bytes; "

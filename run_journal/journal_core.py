@@ -70,8 +70,7 @@ class JournalCore:
         key = message.id if isinstance(message.id, str) and message.id else None
         cached = self._payloads.get(key) if key else None
         if cached is None or cached[0] is not message:
-            payload = p.message_payload(message, self._redact)  # normalized once, there
-            cached = (message, Normalized(payload))
+            cached = (message, p.message_payload(message, self._redact))
             if key:
                 self._payloads[key] = cached
         return cached[1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import enum
+import itertools
 import json
 import math
 import re
@@ -40,10 +41,18 @@ class Normalized:
     again in ``run.end``) wrap the first result instead of paying for the walk twice.
     """
 
-    __slots__ = ("value",)
+    __slots__ = ("_text", "value")
 
-    def __init__(self, value: JsonValue) -> None:
+    def __init__(self, value: JsonValue, text: str | None = None) -> None:
         self.value = value
+        self._text = text
+
+    @property
+    def text(self) -> str:
+        """``dumps(value)``, computed once (an event whose content is this value writes it as is)."""
+        if self._text is None:
+            self._text = dumps(self.value)
+        return self._text
 
 
 def normalize(value: Any) -> JsonValue:
@@ -152,11 +161,21 @@ def _text_of(value: Any) -> str:
 
 
 def _key(key: Any) -> str:
+    """Keys are spelled as JSON spells them (what the C encoder writes: ``true``, ``null``, ``1.5``)."""
     if isinstance(key, str):
         return _clean_text(str.__str__(key))
+    if key is None or isinstance(key, bool):
+        return _JSON_WORDS[key]
+    if isinstance(key, int):
+        return int.__repr__(key)
+    if isinstance(key, float):
+        return float.__repr__(key)
     if isinstance(key, enum.Enum):
-        key = key.value
+        return _key(key.value)
     return _text_of(key)
+
+
+_JSON_WORDS: Final = {None: "null", True: "true", False: "false"}
 
 
 def _clean_text(text: str) -> str:
@@ -188,6 +207,69 @@ _ENCODE: Final = json.encoder.c_make_encoder(  # type: ignore[attr-defined]  # u
 def dumps(value: JsonValue) -> str:
     """The canonical JSON text of an already normalized value (compact, UTF-8, no NaN)."""
     return "".join(_ENCODE(value, 0))
+
+
+# The same encoder, handing what is not plain JSON data to ``normalize`` (datetimes, models...).
+_ENCODE_ANY: Final = json.encoder.c_make_encoder(  # type: ignore[attr-defined]  # as above
+    None, normalize, json.encoder.encode_basestring, None, ":", ",", False, False, False
+)
+_JSON_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET: Final = re.compile(r"[\[\]{}]")
+_NESTING: Final = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+class _NeedsWalk(Exception):
+    """The one-pass encoding met what only ``normalize`` handles."""
+
+
+def _int_in_range(digits: str) -> int:
+    number = int(digits)
+    if len(digits) > 18 and not INT_RANGE[0] <= number <= INT_RANGE[1]:
+        raise _NeedsWalk
+    return number
+
+
+_SCAN_CHECKED: Final = json.JSONDecoder(parse_int=_int_in_range).scan_once  # type: ignore[attr-defined]
+
+
+def encode(value: Any) -> str:
+    """``dumps(normalize(value))`` (see ``encode_value``)."""
+    return encode_value(value)[0]
+
+
+def encode_value(value: Any) -> tuple[str, JsonValue]:
+    """``(dumps(normalize(value)), normalize(value))``, in one pass of the C encoder and one of the
+    C decoder when ``value`` is plain JSON data (the common case: dicts, lists, strings, numbers).
+
+    The encoder hands anything else to ``normalize`` (datetimes, models...); what only the walk
+    handles (lone surrogates, integers beyond 64 bits, NaN, cycles, nesting deeper than
+    ``MAX_DEPTH``) is detected on the way and the value is walked instead, so the result is
+    always exactly the walk's. The value returned is a fresh copy.
+    """
+    try:
+        text = "".join(_ENCODE_ANY(value, 0))
+        if (text.isascii() or _is_utf8(text)) and _shallow(text):
+            data, _ = _SCAN_CHECKED(text, 0)
+            return text, data
+    except (TypeError, ValueError, RecursionError, _NeedsWalk):
+        pass
+    data = normalize(value)
+    return dumps(data), data
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shallow(text: str) -> bool:
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return True
+    brackets = _BRACKET.findall(_JSON_STRING.sub("", text))
+    return max(itertools.accumulate(map(_NESTING.__getitem__, brackets)), default=0) <= MAX_DEPTH
 
 
 _SCAN: Final = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__, untyped

@@ -105,6 +105,7 @@ class EventWriter:
         self._urgent = False
         self._closing = False
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._row_in_batch = False  # the last batch wrote the run row too (put_run_close)
 
     # -- producer side (any thread, hot path) -----------------------------------------------------
     def submit(self, item: QueueItem) -> None:
@@ -263,8 +264,11 @@ class EventWriter:
             self._room_event.set()
             for event in events:
                 self._status = STATUS_AFTER.get(event.event_type, self._status)
-            self._row_dirty = True
-            await self._write_row(store, force=False)
+            if self._row_in_batch:
+                self._row_written()
+            else:
+                self._row_dirty = True
+                await self._write_row(store, force=False)
         if store is not None and self._failure is None and (force_row or self._row_dirty):
             await self._write_row(store, force=force_row)
         self._wake_waiters()
@@ -275,16 +279,29 @@ class EventWriter:
         """One attempt (every step is idempotent, so a retry repeats it whole): resolve deferred
         events, write runs of ordinary events with ``put_batch`` and each terminal event on its own
         with ``put_if_absent(exclusive_types=TERMINAL_RUN_EVENTS)``, so a run never gets a second
-        terminal event, even when ``reconcile_orphans`` closed it meanwhile."""
+        terminal event, even when ``reconcile_orphans`` closed it meanwhile. A terminal event that
+        ends the batch goes with the events before it and the final run row in one
+        ``put_run_close`` (one commit for the end of a run)."""
         events.clear()
+        self._row_in_batch = False
         pending: list[NewEvent] = []
-        for item in items:
+        for index, item in enumerate(items):
             event = item if isinstance(item, NewEvent) else await item.event(store)
             if event is None:
                 continue
             if event.event_type not in TERMINAL_RUN_EVENTS:
                 pending.append(event)
                 continue
+            row = self._final_row(event) if index == len(items) - 1 else None
+            if row is not None:
+                closed = await store.put_run_close(pending, event, row)
+                events.extend(pending)
+                if closed:
+                    events.append(event)
+                    self._row_in_batch = True
+                else:
+                    self._superseded(event)
+                return
             if pending:
                 await store.put_batch(pending)
                 events.extend(pending)
@@ -295,15 +312,26 @@ class EventWriter:
             await store.put_batch(pending)
             events.extend(pending)
 
+    def _final_row(self, terminal: NewEvent) -> RunRow | None:
+        """The run row as it stands once ``terminal`` is written (None: write it the usual way)."""
+        try:
+            return self._row_source(STATUS_AFTER.get(terminal.event_type, self._status))
+        except Exception:  # noqa: BLE001 - _write_row reports the failure when it asks again
+            return None
+
     async def _write_terminal(self, store: RunEventStore, event: NewEvent) -> bool:
         stored, _ = await store.put_event_if_absent(event, exclusive_types=TERMINAL_RUN_EVENTS)
         if stored.event_id == event.event_id:
             return True
-        logger.warning(
-            "run-journal: run %s was already closed by %s (seq %d); its %s is not written",
-            event.run_id, stored.event_type, stored.seq, event.event_type,
-        )
+        self._superseded(event)
         return False
+
+    @staticmethod
+    def _superseded(event: NewEvent) -> None:
+        logger.warning(
+            "run-journal: run %s already has a terminal event (reconcile_orphans closed it?); "
+            "its %s is not written", event.run_id, event.event_type,
+        )
 
     async def _ready_store(self) -> RunEventStore | None:
         if self._store is None and self._url is not None and self._failure is None:
@@ -332,6 +360,9 @@ class EventWriter:
             return
         if row is None or not await self._attempt(lambda: store.put_run(row)):
             return
+        self._row_written()
+
+    def _row_written(self) -> None:
         self._row_status, self._row_dirty = self._status, False
         self._last_row_at = time.monotonic()
         self._counts["row_writes"] += 1

@@ -39,6 +39,7 @@ from run_journal.envelope import (
     normalize,
     validate_id,
 )
+from run_journal.normalization import encode
 
 MOMENT = datetime(2025, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
 MB = 1024 * 1024
@@ -403,9 +404,9 @@ def test_nesting_deeper_than_max_depth_is_cut_with_a_marker() -> None:
     assert normalize(shallow) == shallow  # exactly MAX_DEPTH levels are kept
 
 
-def test_non_string_keys_become_strings() -> None:
+def test_non_string_keys_are_spelled_as_json_spells_them() -> None:
     assert normalize({1: "a", None: "b", (1, 2): "c", Color.RED: "d", 1.5: "e", False: "f"}) == {
-        "1": "a", "None": "b", "(1, 2)": "c", "red": "d", "1.5": "e", "False": "f",
+        "1": "a", "null": "b", "(1, 2)": "c", "red": "d", "1.5": "e", "false": "f",
     }
     assert normalize({1: "int", "1": "str"}) == {"1": "str"}  # colliding keys: the later one wins
 
@@ -479,6 +480,25 @@ def test_normalize_is_idempotent_and_survives_a_json_round_trip(value: Any) -> N
     assert normalize(once) == once
     assert loads(dumps(once)) == once
     assert dumps(normalize(once)) == dumps(once)
+
+
+@settings(deadline=None, max_examples=300)
+@given(_nested)
+def test_the_one_pass_encoder_writes_exactly_what_the_walk_writes(value: Any) -> None:
+    assert encode(value) == dumps(normalize(value))
+
+
+def test_the_one_pass_encoder_leaves_depth_cycles_and_big_numbers_to_the_walk() -> None:
+    deep: Any = "leaf"
+    for _ in range(MAX_DEPTH + 3):
+        deep = [deep] if len(str(deep)) % 2 else {"k": deep}
+    wide = [[[1]]] * (MAX_DEPTH * 2)  # many brackets, little depth
+    cycle: list[Any] = [1]
+    cycle.append({"back": cycle})
+    values = [deep, wide, cycle, {"id": "12345678901234567890"}, {"n": 2**64}, [math.inf], {"s": "\ud800"}]
+    for value in values:
+        assert encode(value) == dumps(normalize(value))
+    assert "<max depth>" in encode(deep)
 
 
 @settings(deadline=None, max_examples=50)

@@ -35,6 +35,9 @@ class FlakyStore:
             raise ConnectionError("store unavailable")
         return await self.inner.put_batch(events)
 
+    async def put_run_close(self, events: Any, terminal: Any, row: Any) -> bool:
+        return await RunEventStore.put_run_close(self, events, terminal, row)  # type: ignore[arg-type]  # through the flaky put_batch
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Final, Self
 
-from run_journal.catalog import LEGACY_ALIASES, canonical_event_type
+from run_journal.catalog import LEGACY_ALIASES, TERMINAL_RUN_EVENTS, canonical_event_type
 from run_journal.envelope import JsonObject, JsonValue, NewEvent, RunEvent, validate_id
 from run_journal.runs import RunRow
 
@@ -316,6 +316,23 @@ class RunEventStore(abc.ABC):
         A finished run is never reopened: if the stored status is terminal and ``row.status``
         differs, nothing is written and the stored row is returned (see ``runs.may_replace``).
         """
+
+    async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
+        """Close a run: its last ``events`` (``put_batch``), its ``terminal`` event
+        (``put_event_if_absent`` with ``exclusive_types=TERMINAL_RUN_EVENTS``) and its final ``row``
+        (``put_run``), in one transaction where the backend has one (SQLite), so a run's end costs
+        one commit. Idempotent like its parts (a retry writes nothing twice).
+
+        False when the run already had another terminal event (``reconcile_orphans`` closed it):
+        the events are written, the terminal event and the row are not.
+        """
+        if events:
+            await self.put_batch(events)
+        stored, _ = await self.put_event_if_absent(terminal, exclusive_types=TERMINAL_RUN_EVENTS)
+        if stored.event_id != terminal.event_id:
+            return False
+        await self.put_run(row)
+        return True
 
     @abc.abstractmethod
     async def get_run(self, run_id: str) -> RunRow | None: ...

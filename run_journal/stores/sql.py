@@ -27,6 +27,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from run_journal.catalog import TERMINAL_RUN_EVENTS
 from run_journal.envelope import NewEvent, RunEvent, loads
 from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores import sql_raw as raw
@@ -35,6 +36,7 @@ from run_journal.stores.base import (
     RunEventStore,
     StoreClosedError,
     check_statuses,
+    exclusive_set,
 )
 from run_journal.stores.sql_pg import PgListener
 from run_journal.stores.sql_reads import COLUMNS, EVENTS, SqlReads, check_ids
@@ -329,6 +331,32 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         if self.dialect == "sqlite" and written == values["row"]:
             return row  # stored as given (RunRow normalizes its metadata): nothing to decode
         return RunRow.from_dict(loads(written))
+
+    async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
+        if self.dialect != "sqlite" or any(e.thread_id != terminal.thread_id for e in events) \
+                or len({e.event_id for e in events}) != len(events):
+            return await super().put_run_close(events, terminal, row)
+        self._check_open()
+        await self._ready()
+        types = exclusive_set(terminal.event_type, TERMINAL_RUN_EVENTS)
+        lookup = raw.if_absent_sql(self._events_sql, len(types))
+        params = (terminal.thread_id, terminal.run_id, *types, terminal.event_id, terminal.event_id)
+        values = schema.run_values(row)
+        try:
+            async with self._write_lock():
+                written = await raw.in_driver_thread(
+                    await self._sqlite_writer(), raw.write_run_close,
+                    (self._bump_sql, self._insert_sql, [raw.insert_values(e, 0) for e in events]),
+                    (lookup, params, raw.insert_values(terminal, 0)),
+                    (self._upsert_run_sql, self._runs_sql, tuple(values[n] for n in self._run_columns)),
+                )
+        except sqlite3.IntegrityError:  # a retry: some event is stored already; the parts sort it out
+            return await super().put_run_close(events, terminal, row)
+        if written is None:
+            return False
+        if written[1] != row.thread_id:
+            raise schema.moved_run_error(row.run_id, written[1], row.thread_id)
+        return True
 
     async def get_run(self, run_id: str) -> RunRow | None:
         check_ids(run_id=run_id)

@@ -200,15 +200,26 @@ def write_new(
     """
     connection.execute("BEGIN IMMEDIATE")
     try:
-        (last,) = connection.execute(bump, (thread_id, len(rows))).fetchone()
-        first = last - len(rows) + 1
-        connection.executemany(insert, [(row[0], first + n, *row[2:]) for n, row in enumerate(rows)])
+        last = _insert_rows(connection, bump, insert, thread_id, rows)
         connection.execute("COMMIT")
     except BaseException:
-        if connection.in_transaction:
-            connection.execute("ROLLBACK")
+        _rollback(connection)
         raise
+    return last
+
+
+def _insert_rows(
+    connection: sqlite3.Connection, bump: str, insert: str, thread_id: str, rows: list[tuple[Any, ...]]
+) -> int:
+    (last,) = connection.execute(bump, (thread_id, len(rows))).fetchone()
+    first = last - len(rows) + 1
+    connection.executemany(insert, [(row[0], first + n, *row[2:]) for n, row in enumerate(rows)])
     return int(last)
+
+
+def _rollback(connection: sqlite3.Connection) -> None:
+    if connection.in_transaction:
+        connection.execute("ROLLBACK")
 
 
 def if_absent_sql(events_table: str, type_count: int) -> str:
@@ -233,14 +244,12 @@ def write_if_absent(
         if found is not None:
             connection.execute("ROLLBACK")
             return 0, found
-        (last,) = connection.execute(bump, (row[0], 1)).fetchone()
-        connection.execute(insert, (row[0], last, *row[2:]))
+        last = _insert_rows(connection, bump, insert, row[0], [row])
         connection.execute("COMMIT")
     except BaseException:
-        if connection.in_transaction:
-            connection.execute("ROLLBACK")
+        _rollback(connection)
         raise
-    return int(last), None
+    return last, None
 
 
 def upsert_run_sql(
@@ -266,17 +275,52 @@ def write_run(
     guard refused: the caller raises when that thread is not the row's)."""
     connection.execute("BEGIN IMMEDIATE")
     try:
-        written = connection.execute(upsert, values).fetchone()
-        if written is None:
-            written = connection.execute(
-                f"SELECT row, thread_id FROM {runs_table} WHERE run_id = ?", (values[0],)
-            ).fetchone()
+        written = _upsert_run(connection, upsert, runs_table, values)
         connection.execute("COMMIT")
     except BaseException:
-        if connection.in_transaction:
-            connection.execute("ROLLBACK")
+        _rollback(connection)
         raise
+    return written
+
+
+def _upsert_run(
+    connection: sqlite3.Connection, upsert: str, runs_table: str, values: tuple[Any, ...]
+) -> tuple[str, str]:
+    written = connection.execute(upsert, values).fetchone()
+    if written is None:
+        written = connection.execute(
+            f"SELECT row, thread_id FROM {runs_table} WHERE run_id = ?", (values[0],)
+        ).fetchone()
     return str(written[0]), str(written[1])
+
+
+def write_run_close(
+    connection: sqlite3.Connection, events: tuple[str, str, list[tuple[Any, ...]]],
+    terminal: tuple[str, tuple[Any, ...], tuple[Any, ...]], run: tuple[str, str, tuple[Any, ...]],
+) -> tuple[str, str] | None:
+    """``put_run_close`` in one ``BEGIN IMMEDIATE`` transaction: insert the events, then the terminal
+    event unless the run has another one (then commit the events alone and return None), then
+    upsert the run row and return it as ``write_run`` does. ``events`` is ``(bump, insert, rows)``,
+    ``terminal`` ``(lookup, params, row)``, ``run`` ``(upsert, runs_table, values)``. An event_id
+    already stored raises ``sqlite3.IntegrityError`` after rolling back."""
+    bump, insert, rows = events
+    lookup, params, terminal_row = terminal
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        if rows:
+            _insert_rows(connection, bump, insert, terminal_row[0], rows)
+        found = connection.execute(lookup, params).fetchone()
+        if found is not None and found[8] != terminal_row[9]:
+            connection.execute("COMMIT")
+            return None
+        if found is None:
+            _insert_rows(connection, bump, insert, terminal_row[0], [terminal_row])
+        written = _upsert_run(connection, *run)
+        connection.execute("COMMIT")
+    except BaseException:
+        _rollback(connection)
+        raise
+    return written
 
 
 def fetch_events(connection: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[RunEvent]:

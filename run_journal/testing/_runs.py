@@ -87,6 +87,35 @@ class RunTests(StoreSuiteBase):
             )
         assert await store.last_seq("t") == 3
 
+    async def test_put_run_close_writes_events_terminal_and_row_once(self, store: RunEventStore) -> None:
+        events = [new_event("t", "r", content=n, event_id=f"e{n}") for n in range(3)]
+        terminal = new_event("t", "r", "run.end", "outputs", content="done", event_id="end")
+        row = RunRow(run_id="r", thread_id="t", status=RunStatus.SUCCESS, message_count=3)
+        for _ in range(2):  # the second call is a retry after an ambiguous failure: nothing doubles
+            assert await store.put_run_close(events, terminal, row)
+        stored = await read_all(store, "t")
+        assert [(e.seq, e.event_id) for e in stored] == [(1, "e0"), (2, "e1"), (3, "e2"), (4, "end")]
+        assert await store.get_run("r") == row
+        no_events = new_event("t", "r2", "run.error", "error", event_id="end2")
+        assert await store.put_run_close([], no_events, RunRow(run_id="r2", thread_id="t",
+                                                               status=RunStatus.ERROR))
+        assert [e.event_id for e in await read_all(store, "t")][-1] == "end2"
+
+    async def test_put_run_close_on_a_closed_run_writes_only_the_events(self, store: RunEventStore) -> None:
+        await store.put_run(RunRow(run_id="r", thread_id="t", status=RunStatus.RUNNING))
+        await store.put_if_absent(
+            thread_id="t", run_id="r", event_type="run.cancel", category="error", event_id="orphan",
+            exclusive_types=TERMINAL_RUN_EVENTS,
+        )
+        late = [new_event("t", "r", content="late", event_id="late")]
+        terminal = new_event("t", "r", "run.end", "outputs", event_id="end")
+        row = RunRow(run_id="r", thread_id="t", status=RunStatus.SUCCESS)
+        assert not await store.put_run_close(late, terminal, row)
+        assert [e.event_id for e in await read_all(store, "t")] == ["orphan", "late"]
+        kept = await store.get_run("r")
+        assert kept is not None
+        assert kept.status == RunStatus.RUNNING
+
     async def test_put_run_refuses_to_move_a_run_to_another_thread(self, store: RunEventStore) -> None:
         await store.put_run(RunRow(run_id="r", thread_id="home", status=RunStatus.RUNNING))
         for status in (RunStatus.RUNNING, RunStatus.SUCCESS):
