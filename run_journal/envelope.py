@@ -23,7 +23,7 @@ from run_journal.normalization import (
     JsonValue,
     Normalized,
     dumps,
-    encode_value,
+    encode,
     loads,
     normalize,
 )
@@ -66,6 +66,7 @@ _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 _BAD_ID_CHARACTER: Final = re.compile("[\x00-\x1f\x7f-\x9f/\\\\\ud800-\udfff]")
 """C0, DEL and C1 controls (category Cc): C1 bytes such as U+009B act as terminal escapes."""
 _TRUNCATION_MARK: Final = "…[truncated]"
+_UNDECODED: Final[Any] = object()
 
 
 def validate_id(name: str, value: object) -> str:
@@ -111,63 +112,127 @@ def sha256_hex(text: str | bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
 class NewEvent:
     """An event ready to be written: everything but the ``seq`` the store assigns.
 
     Building one validates ids and names against the catalog limits, normalizes ``content`` and
-    ``metadata`` with :func:`normalize`, cuts content above its category's limit (keeping its shape:
-    the longest strings are shortened and ``metadata["content_truncated"]`` records the original size
-    and sha256) and serializes both once, so stores write ``content_json`` / ``metadata_json`` as is.
+    ``metadata`` (:func:`normalize`'s rules), cuts content above its category's limit (keeping its
+    shape: the longest strings are shortened and ``metadata["content_truncated"]`` records the
+    original size and sha256) and serializes both once, so stores write ``content_json`` /
+    ``metadata_json`` as is. Frozen. The normalized ``content`` and ``metadata`` are decoded from
+    that text on first access: a writer that only moves events into a store never pays for them.
     """
 
+    __slots__ = (
+        "_content", "_metadata", "category", "content_json", "created_at", "event_id", "event_type",
+        "metadata_json", "run_id", "task_id", "thread_id", "user_id",
+    )
     thread_id: str
     run_id: str
     event_type: str
     category: str
-    content: JsonValue = ""
-    metadata: JsonObject = dataclasses.field(default_factory=dict)
-    created_at: datetime = dataclasses.field(default_factory=utc_now)
-    event_id: str = dataclasses.field(default_factory=new_event_id)
-    user_id: str | None = None
-    content_json: str = dataclasses.field(init=False, repr=False, compare=False)
-    metadata_json: str = dataclasses.field(init=False, repr=False, compare=False)
+    created_at: datetime
+    event_id: str
+    user_id: str | None
+    content_json: str
+    metadata_json: str
+    task_id: str | None
+    """``metadata["task_id"]`` when it is a string: the subagent task a row is filed under."""
+    _content: Any
+    _metadata: Any
 
-    def __post_init__(self) -> None:
-        validate_id("thread_id", self.thread_id)
-        validate_id("run_id", self.run_id)
-        validate_id("event_id", self.event_id)
-        if self.user_id is not None:
-            validate_id("user_id", self.user_id)
-        validate_event_type(self.event_type, self.category)
-        if self.metadata is None:
-            metadata: JsonObject = {}
-            metadata_json = "{}"
-        elif isinstance(self.metadata, Mapping):
-            metadata_json, normalized = encode_value(self.metadata)
-            metadata = normalized  # type: ignore[assignment]  # a Mapping normalizes to a dict
+    def __init__(
+        self,
+        thread_id: str,
+        run_id: str,
+        event_type: str,
+        category: str,
+        content: Any = "",
+        metadata: Mapping[str, Any] | None = None,
+        created_at: datetime | None = None,
+        event_id: str | None = None,
+        user_id: str | None = None,
+    ) -> None:
+        validate_id("thread_id", thread_id)
+        validate_id("run_id", run_id)
+        event_id = new_event_id() if event_id is None else validate_id("event_id", event_id)
+        if user_id is not None:
+            validate_id("user_id", user_id)
+        validate_event_type(event_type, category)
+        if metadata is None or metadata == {}:
+            metadata_json, metadata_value = "{}", {}
+        elif isinstance(metadata, Mapping):
+            metadata_json, metadata_value = encode(metadata), _UNDECODED
         else:
-            raise ValueError(f"metadata must be a mapping, got {type(self.metadata).__name__}")
-        given: Any = self.content
-        if type(given) is Normalized:  # a payload its producer normalized and encoded already
-            content, content_json = given.value, given.text
+            raise ValueError(f"metadata must be a mapping, got {type(metadata).__name__}")
+        if type(content) is Normalized:  # a payload its producer normalized and encoded already
+            content_json, content_value = content.text, content.value
         else:
-            content_json, content = encode_value(given)
-        limit = CONTENT_LIMITS[self.category]  # type: ignore[index]  # a validated category name
+            content_json, content_value = encode(content), _UNDECODED
+        limit = CONTENT_LIMITS[category]  # type: ignore[index]  # a validated category name
         if len(content_json) > limit // 4 and len(content_json.encode("utf-8")) > limit:
-            content, content_json, metadata = _cap(content, content_json, metadata, limit)
-            metadata_json = dumps(metadata)
+            content_value, content_json, metadata_value = _cap(
+                loads(content_json), content_json, loads(metadata_json), limit
+            )
+            metadata_json = dumps(metadata_value)
         if len(metadata_json) > METADATA_LIMIT // 4 and len(metadata_json.encode()) > METADATA_LIMIT:
             raise ValueError(
-                f"metadata of {self.event_type!r} is larger than {METADATA_LIMIT} bytes; "
+                f"metadata of {event_type!r} is larger than {METADATA_LIMIT} bytes; "
                 "keep large payloads in content"
             )
-        setter = object.__setattr__
-        setter(self, "content", content)
-        setter(self, "metadata", metadata)
-        setter(self, "created_at", as_utc(self.created_at))
-        setter(self, "content_json", content_json)
-        setter(self, "metadata_json", metadata_json)
+        for name, value in (
+            ("thread_id", thread_id), ("run_id", run_id), ("event_type", event_type),
+            ("category", category), ("created_at", utc_now() if created_at is None else as_utc(created_at)),
+            ("event_id", event_id), ("user_id", user_id), ("content_json", content_json),
+            ("metadata_json", metadata_json), ("_content", content_value), ("_metadata", metadata_value),
+        ):
+            object.__setattr__(self, name, value)
+        task_id = None if '"task_id"' not in metadata_json else self.metadata.get("task_id")
+        object.__setattr__(self, "task_id", task_id if isinstance(task_id, str) else None)
+
+    @property
+    def content(self) -> JsonValue:
+        """The normalized content (decoded from ``content_json`` once, on first access)."""
+        value: JsonValue = self._content
+        if value is _UNDECODED:
+            value = loads(self.content_json)
+            object.__setattr__(self, "_content", value)
+        return value
+
+    @property
+    def metadata(self) -> JsonObject:
+        """The normalized metadata (decoded from ``metadata_json`` once, on first access)."""
+        value: JsonObject = self._metadata
+        if value is _UNDECODED:
+            value = loads(self.metadata_json)
+            object.__setattr__(self, "_metadata", value)
+        return value
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}: NewEvent is frozen")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}: NewEvent is frozen")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NewEvent):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _NEW_EVENT_FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]  # payloads are dicts: an event is not hashable
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _NEW_EVENT_FIELDS)
+        return f"NewEvent({fields})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (NewEvent, tuple(getattr(self, name) for name in _NEW_EVENT_FIELDS))
+
+
+_NEW_EVENT_FIELDS: Final = (
+    "thread_id", "run_id", "event_type", "category", "content", "metadata", "created_at", "event_id",
+    "user_id",
+)
 
 
 def _cap(
@@ -216,7 +281,6 @@ def _shorten_longest_text(value: JsonValue, excess: int) -> JsonValue:
     return value
 
 
-_UNDECODED: Final[Any] = object()
 _new_record = object.__new__
 
 
@@ -378,30 +442,21 @@ class RunEvent:
 
     @classmethod
     def stored(cls, event: NewEvent, seq: int, *, copy: bool = False) -> RunEvent:
-        """The record of ``event`` stored at ``seq``.
+        """The record of ``event`` stored at ``seq``, decoding its payload only when it is read.
 
-        A write's result shares ``event``'s already normalized payload (the writer's own objects;
-        stores persist ``content_json``, so nothing done to them reaches the store). ``copy=True``
-        decodes fresh payload objects, for a store that returns the same ``NewEvent`` to many readers.
+        A write's result shares the payload objects ``event`` has already decoded, if any (the
+        writer's own; stores persist ``content_json``, so nothing done to them reaches the store).
+        ``copy=True`` never shares, for a store that returns the same ``NewEvent`` to many readers.
         """
-        if copy:
-            return cls.from_row((
-                event.thread_id, event.run_id, seq, event.event_type, event.category,
-                event.content_json, event.metadata_json, event.created_at, event.event_id,
-                event.user_id,
-            ))
-        return cls(
-            thread_id=event.thread_id,
-            run_id=event.run_id,
-            seq=seq,
-            event_type=event.event_type,
-            category=event.category,
-            content=event.content,
-            metadata=event.metadata,
-            created_at=event.created_at,
-            event_id=event.event_id,
-            user_id=event.user_id,
-        )
+        record = cls.from_row((
+            event.thread_id, event.run_id, seq, event.event_type, event.category,
+            event.content_json, event.metadata_json, event.created_at, event.event_id, event.user_id,
+        ))
+        if not copy:
+            _CONTENT(record, event._content)
+            _METADATA(record, event._metadata)
+        _CREATED_AT(record, event.created_at)
+        return record
 
     def as_new_event(self) -> NewEvent:
         """The write that reproduces this record in another store (same event_id, time, payload)."""

@@ -233,8 +233,20 @@ _SCAN_CHECKED: Final = json.JSONDecoder(parse_int=_int_in_range).scan_once  # ty
 
 
 def encode(value: Any) -> str:
-    """``dumps(normalize(value))`` (see ``encode_value``)."""
-    return encode_value(value)[0]
+    """``dumps(normalize(value))`` without building the normalized value (see ``encode_value``):
+    the text is checked for integers beyond 64 bits by a byte scan instead of a decode (a run of 19
+    digits anywhere, even inside a string, sends the value to the walk)."""
+    try:
+        text = "".join(_ENCODE_ANY(value, 0))
+        if _LONG_NUMBER not in text.encode("utf-8").translate(_DIGITS_ONLY) and _shallow(text):
+            return text
+    except (TypeError, ValueError, RecursionError):  # UnicodeEncodeError: a lone surrogate
+        pass
+    return dumps(normalize(value))
+
+
+_DIGITS_ONLY: Final = bytes(0x39 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_LONG_NUMBER: Final = b"9" * 19
 
 
 def encode_value(value: Any) -> tuple[str, JsonValue]:

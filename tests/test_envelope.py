@@ -179,10 +179,24 @@ def test_a_record_over_a_stored_row_decodes_lazily_and_survives_pickle_and_copy(
 
 def test_a_write_result_shares_the_writers_payload_but_never_the_stored_bytes() -> None:
     written = new_event(content={"items": [1, 2]})
+    assert written.content == {"items": [1, 2]}  # decoded by the writer: the result shares it
     result = RunEvent.stored(written, 1)
-    assert result.content is written.content  # no decode on the write path
+    assert result.content is written.content  # no second decode on the write path
     result.content["items"].append(3)  # type: ignore[index,union-attr]  # the writer's own object
     assert RunEvent.stored(written, 1, copy=True).content == {"items": [1, 2]}
+    untouched = new_event(content={"items": [1, 2]})
+    assert RunEvent.stored(untouched, 1).content == {"items": [1, 2]}  # decoded when first read
+
+
+def test_a_new_event_decodes_its_payload_only_when_read_and_stays_frozen() -> None:
+    event = new_event(content={"items": [1, 2]}, metadata={"task_id": "t-9", "n": 1})
+    assert event.content_json == '{"items":[1,2]}'
+    assert event.task_id == "t-9"
+    assert event.content is event.content
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.content = {}  # type: ignore[misc]  # assignment must fail
+    assert pickle.loads(pickle.dumps(event)) == event
+    assert new_event(metadata={"task_id": 5}).task_id is None
 
 
 def test_to_dict_validates_against_the_record_schema() -> None:

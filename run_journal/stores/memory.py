@@ -33,7 +33,6 @@ from run_journal.stores.base import (
     check_statuses,
     check_user_id,
     expand_event_types,
-    metadata_task_id,
 )
 
 _MESSAGE: Final = Category.MESSAGE.value
@@ -96,7 +95,7 @@ class _Thread:
 
     def add(self, event: NewEvent) -> _Record:
         self.last_seq += 1
-        record = _Record(self.last_seq, event, metadata_task_id(loads(event.metadata_json)))
+        record = _Record(self.last_seq, event, event.task_id)
         self.events.append(record)
         self.run_events.setdefault(event.run_id, _Column()).append(record)
         if event.category == _MESSAGE:

@@ -171,7 +171,7 @@ class RedisRunEventStore(RunEventStore):
             args: list[str | int] = [self._prefix, thread_id, mode, ttl, len(types), *types]
             for position in positions:
                 event = batch[position]
-                task_id = metadata_task_id(event.metadata)
+                task_id = event.task_id
                 args += [
                     event.event_id, event.run_id, event.event_type,
                     "1" if event.category == "message" else "0",

@@ -20,7 +20,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import await_only
 
 from run_journal.envelope import NewEvent, RunEvent
-from run_journal.stores.base import metadata_task_id
 from run_journal.stores.sql_schema import stamp
 
 READY: Final = "run_journal_ready"
@@ -43,7 +42,7 @@ def insert_values(event: NewEvent, seq: int) -> tuple[Any, ...]:
     """The row of ``event`` at ``seq`` in ``INSERT_COLUMNS`` order."""
     return (
         event.thread_id, seq, event.run_id, event.event_type, event.category, event.content_json,
-        event.metadata_json, metadata_task_id(event.metadata), stamp(event.created_at),
+        event.metadata_json, event.task_id, stamp(event.created_at),
         event.event_id, event.user_id,
     )
 
