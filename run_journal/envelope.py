@@ -180,15 +180,14 @@ class NewEvent:
                 f"metadata of {event_type!r} is larger than {METADATA_LIMIT} bytes; "
                 "keep large payloads in content"
             )
-        for name, value in (
-            ("thread_id", thread_id), ("run_id", run_id), ("event_type", event_type),
-            ("category", category), ("created_at", utc_now() if created_at is None else as_utc(created_at)),
-            ("event_id", event_id), ("user_id", user_id), ("content_json", content_json),
-            ("metadata_json", metadata_json), ("_content", content_value), ("_metadata", metadata_value),
-        ):
-            object.__setattr__(self, name, value)
+        _fill_new_event(
+            self, category, content_json, utc_now() if created_at is None else as_utc(created_at),
+            event_id, event_type, metadata_json, run_id, thread_id, user_id,
+        )
+        _SET_CONTENT(self, content_value)
+        _SET_METADATA(self, metadata_value)
         task_id = None if '"task_id"' not in metadata_json else self.metadata.get("task_id")
-        object.__setattr__(self, "task_id", task_id if isinstance(task_id, str) else None)
+        _SET_TASK_ID(self, task_id if isinstance(task_id, str) else None)
 
     @property
     def content(self) -> JsonValue:
@@ -227,6 +226,11 @@ class NewEvent:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (NewEvent, tuple(getattr(self, name) for name in _NEW_EVENT_FIELDS))
+
+
+def _fill_new_event(event: NewEvent, *values: Any) -> None:
+    for setter, value in zip(_NEW_EVENT_SETTERS, values, strict=True):
+        setter(event, value)
 
 
 _NEW_EVENT_FIELDS: Final = (
@@ -477,5 +481,14 @@ def _slot_setter(name: str) -> Any:
     return RunEvent.__dict__[name].__set__
 
 
-# Records are built by setting their slots directly (``__setattr__`` refuses: records are frozen).
+# Events and records are built by setting their slots directly (``__setattr__`` refuses: records are frozen).
 _ROW, _CONTENT, _METADATA, _CREATED_AT = map(_slot_setter, ("_row", "_content", "_metadata", "_created_at"))
+_NEW_EVENT_SETTERS: Final = tuple(
+    NewEvent.__dict__[name].__set__ for name in (
+        "category", "content_json", "created_at", "event_id", "event_type", "metadata_json", "run_id",
+        "thread_id", "user_id",
+    )
+)
+_SET_CONTENT, _SET_METADATA, _SET_TASK_ID = (
+    NewEvent.__dict__[name].__set__ for name in ("_content", "_metadata", "task_id")
+)

@@ -123,6 +123,13 @@ class EventWriter:
         if poke:
             self._poke()
 
+    def write_soon(self) -> None:
+        """Start writing what is queued without waiting for ``flush_interval`` (the run ended:
+        nothing will join the batch, and its end should be durable as soon as possible)."""
+        with self._lock:
+            self._urgent = True
+        self._poke()
+
     def throttle(self) -> bool:
         """Backpressure, called outside the journal's lock. Another thread waits here for room; on the
         writer's own loop thread waiting would deadlock, so it returns True: the caller must wait with

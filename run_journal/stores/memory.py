@@ -20,7 +20,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Final
+from typing import Final, NamedTuple
 
 from run_journal.catalog import Category
 from run_journal.envelope import NewEvent, RunEvent, dumps, loads, utc_now, validate_id
@@ -38,13 +38,11 @@ from run_journal.stores.base import (
 _MESSAGE: Final = Category.MESSAGE.value
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Record:
-    """One stored event: immutable scalars plus the payload as JSON text (decoded per read)."""
+class _Record(NamedTuple):
+    """One stored event: its seq and the ``NewEvent`` written (payload kept as JSON text)."""
 
     seq: int
     event: NewEvent
-    task_id: str | None
 
     def to_event(self) -> RunEvent:
         return RunEvent.stored(self.event, self.seq, copy=True)
@@ -95,7 +93,7 @@ class _Thread:
 
     def add(self, event: NewEvent) -> _Record:
         self.last_seq += 1
-        record = _Record(self.last_seq, event, event.task_id)
+        record = _Record(self.last_seq, event)
         self.events.append(record)
         self.run_events.setdefault(event.run_id, _Column()).append(record)
         if event.category == _MESSAGE:
@@ -162,13 +160,19 @@ class MemoryRunEventStore(RunEventStore):
                 thread.wake()
 
     # -- writes ----------------------------------------------------------------------------------
+    def _thread_to_write(self, thread_id: str) -> _Thread:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            thread = self._threads[thread_id] = _Thread()
+        return thread
+
     async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
         with self._lock:
             self._check_open()
             touched: set[str] = set()
             results = []
             for event in batch:
-                thread = self._threads.setdefault(event.thread_id, _Thread())
+                thread = self._thread_to_write(event.thread_id)
                 record = thread.by_event_id.get(event.event_id)
                 if record is None:  # a new write: its result may share the writer's payload objects
                     record = thread.add(event)
@@ -183,7 +187,7 @@ class MemoryRunEventStore(RunEventStore):
     async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
         with self._lock:
             self._check_open()
-            thread = self._threads.setdefault(event.thread_id, _Thread())
+            thread = self._thread_to_write(event.thread_id)
             existing = thread.by_event_id.get(event.event_id)
             if existing is None:
                 firsts = [
@@ -261,7 +265,7 @@ class MemoryRunEventStore(RunEventStore):
             for record in column.forward(cursor) if column else ():
                 if (
                     (names is None or record.event.event_type in names)
-                    and (task_id is None or record.task_id == task_id)
+                    and (task_id is None or record.event.task_id == task_id)
                     and (user_id is None or record.event.user_id == user_id)
                 ):
                     found.append(record)
@@ -305,7 +309,7 @@ class MemoryRunEventStore(RunEventStore):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._lock:
-            thread = self._threads.setdefault(thread_id, _Thread())
+            thread = self._thread_to_write(thread_id)
             if self._closed or thread.last_seq > after_seq:
                 return
             thread.waiters.append((loop, future))
