@@ -180,14 +180,20 @@ class NewEvent:
                 f"metadata of {event_type!r} is larger than {METADATA_LIMIT} bytes; "
                 "keep large payloads in content"
             )
-        _fill_new_event(
-            self, category, content_json, utc_now() if created_at is None else as_utc(created_at),
-            event_id, event_type, metadata_json, run_id, thread_id, user_id,
-        )
-        _SET_CONTENT(self, content_value)
-        _SET_METADATA(self, metadata_value)
+        slot = _NEW_EVENT_SLOT
+        slot["thread_id"](self, thread_id)
+        slot["run_id"](self, run_id)
+        slot["event_type"](self, event_type)
+        slot["category"](self, category)
+        slot["created_at"](self, utc_now() if created_at is None else as_utc(created_at))
+        slot["event_id"](self, event_id)
+        slot["user_id"](self, user_id)
+        slot["content_json"](self, content_json)
+        slot["metadata_json"](self, metadata_json)
+        slot["_content"](self, content_value)
+        slot["_metadata"](self, metadata_value)
         task_id = None if '"task_id"' not in metadata_json else self.metadata.get("task_id")
-        _SET_TASK_ID(self, task_id if isinstance(task_id, str) else None)
+        slot["task_id"](self, task_id if isinstance(task_id, str) else None)
 
     @property
     def content(self) -> JsonValue:
@@ -195,7 +201,7 @@ class NewEvent:
         value: JsonValue = self._content
         if value is _UNDECODED:
             value = loads(self.content_json)
-            object.__setattr__(self, "_content", value)
+            _NEW_EVENT_SLOT["_content"](self, value)
         return value
 
     @property
@@ -204,7 +210,7 @@ class NewEvent:
         value: JsonObject = self._metadata
         if value is _UNDECODED:
             value = loads(self.metadata_json)
-            object.__setattr__(self, "_metadata", value)
+            _NEW_EVENT_SLOT["_metadata"](self, value)
         return value
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -226,11 +232,6 @@ class NewEvent:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (NewEvent, tuple(getattr(self, name) for name in _NEW_EVENT_FIELDS))
-
-
-def _fill_new_event(event: NewEvent, *values: Any) -> None:
-    for setter, value in zip(_NEW_EVENT_SETTERS, values, strict=True):
-        setter(event, value)
 
 
 _NEW_EVENT_FIELDS: Final = (
@@ -355,19 +356,17 @@ class RunEvent:
     def from_row(cls, row: tuple[Any, ...]) -> RunEvent:
         """A record over a stored row (``COLUMNS`` order; ``created_at`` as ISO text or a datetime).
 
-        Nothing is parsed until read: each record decodes its own payload copies on first access.
+        Nothing is parsed until read: each record decodes its own payload copies on first access
+        (until then the decoded slots are unset, so building a record sets one slot).
         """
         event: RunEvent = _new_record(cls)
         _ROW(event, row)
-        _CONTENT(event, _UNDECODED)
-        _METADATA(event, _UNDECODED)
-        _CREATED_AT(event, _UNDECODED)
         return event
 
     @property
     def content(self) -> JsonValue:
         """The event's payload (decoded from the stored JSON on first access)."""
-        value: JsonValue = self._content
+        value: JsonValue = getattr(self, "_content", _UNDECODED)
         if value is _UNDECODED:
             value = loads(self._row[5])
             _CONTENT(self, value)
@@ -376,7 +375,7 @@ class RunEvent:
     @property
     def metadata(self) -> JsonObject:
         """Attribution and measurements (caller, usage, latency, ...): a JSON object."""
-        value: JsonObject = self._metadata
+        value: JsonObject = getattr(self, "_metadata", _UNDECODED)
         if value is _UNDECODED:
             value = loads(self._row[6])
             _METADATA(self, value)
@@ -385,7 +384,7 @@ class RunEvent:
     @property
     def created_at(self) -> datetime:
         """When the event happened, timezone-aware UTC."""
-        value: datetime = self._created_at
+        value: datetime = getattr(self, "_created_at", _UNDECODED)
         if value is _UNDECODED:
             stored = self._row[7]
             value = as_utc(datetime.fromisoformat(stored) if isinstance(stored, str) else stored)
@@ -457,9 +456,10 @@ class RunEvent:
             event.content_json, event.metadata_json, event.created_at, event.event_id, event.user_id,
         ))
         if not copy:
-            _CONTENT(record, event._content)
-            _METADATA(record, event._metadata)
-        _CREATED_AT(record, event.created_at)
+            if event._content is not _UNDECODED:
+                _CONTENT(record, event._content)
+            if event._metadata is not _UNDECODED:
+                _METADATA(record, event._metadata)
         return record
 
     def as_new_event(self) -> NewEvent:
@@ -483,12 +483,4 @@ def _slot_setter(name: str) -> Any:
 
 # Events and records are built by setting their slots directly (``__setattr__`` refuses: records are frozen).
 _ROW, _CONTENT, _METADATA, _CREATED_AT = map(_slot_setter, ("_row", "_content", "_metadata", "_created_at"))
-_NEW_EVENT_SETTERS: Final = tuple(
-    NewEvent.__dict__[name].__set__ for name in (
-        "category", "content_json", "created_at", "event_id", "event_type", "metadata_json", "run_id",
-        "thread_id", "user_id",
-    )
-)
-_SET_CONTENT, _SET_METADATA, _SET_TASK_ID = (
-    NewEvent.__dict__[name].__set__ for name in ("_content", "_metadata", "task_id")
-)
+_NEW_EVENT_SLOT: Final = {name: NewEvent.__dict__[name].__set__ for name in NewEvent.__slots__}
