@@ -230,9 +230,7 @@ class _Sum:
         self.unknown = False  # some call had none: the total cost is unknown, never a guess
 
     def add(self, usage: TokenUsage, cost: float | None, calls: int) -> None:
-        tokens = self.tokens
-        for index, value in enumerate(_values(usage)):
-            tokens[index] += value
+        self.tokens = [a + b for a, b in zip(self.tokens, _values(usage), strict=True)]
         self.calls += calls
         if cost is None:
             self.unknown = self.unknown or calls > 0
@@ -242,7 +240,8 @@ class _Sum:
 
     def totals(self) -> UsageTotals:
         cost = None if self.unknown or not self.priced else self.cost
-        return priced(TokenUsage(*self.tokens), cost, self.calls)
+        input_, output, total, cache_read, cache_creation, reasoning = self.tokens
+        return UsageTotals(input_, output, total, cache_read, cache_creation, reasoning, self.calls, cost)
 
 
 @dataclasses.dataclass(slots=True)
