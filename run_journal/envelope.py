@@ -8,14 +8,13 @@ built, so a producer learns about bad input at the call site and every backend w
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import os
-import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from run_journal.catalog import ID_MAX_LENGTH, Category, validate_event_type
+from run_journal.caps import CONTENT_LIMITS, METADATA_LIMIT, cap_content
+from run_journal.catalog import validate_event_type
+from run_journal.ids import as_utc, new_event_id, sha256_hex, utc_now, validate_id
 from run_journal.normalization import (
     INT_RANGE,
     MAX_DEPTH,
@@ -48,68 +47,7 @@ __all__ = [
     "validate_id",
 ]
 
-CONTENT_LIMITS: Final = {
-    Category.MESSAGE: 256 * 1024,
-    Category.OUTPUTS: 256 * 1024,
-    Category.TRACE: 64 * 1024,
-    Category.ERROR: 64 * 1024,
-    Category.MIDDLEWARE: 64 * 1024,
-    Category.CONTEXT: 16 * 1024,
-    Category.SUBAGENT: 64 * 1024,
-    Category.WORKSPACE: 16 * 1024,
-}
-"""Serialized content bytes per category; larger content is cut (see ``NewEvent``)."""
-METADATA_LIMIT: Final = 1024 * 1024
-"""Serialized metadata bytes; metadata is filterable evidence, so oversize is rejected, not cut."""
-_SURROGATES: Final = re.compile("[\ud800-\udfff]")
-_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
-_BAD_ID_CHARACTER: Final = re.compile("[\x00-\x1f\x7f-\x9f/\\\\\ud800-\udfff]")
-"""C0, DEL and C1 controls (category Cc): C1 bytes such as U+009B act as terminal escapes."""
-_TRUNCATION_MARK: Final = "…[truncated]"
 _UNDECODED: Final[Any] = object()
-
-
-def validate_id(name: str, value: object) -> str:
-    """Ids name files, keys and rows: 1-255 characters, no control characters, no path syntax."""
-    if type(value) is str and 0 < len(value) <= ID_MAX_LENGTH and not _BAD_ID_CHARACTER.search(value) \
-            and value not in {".", ".."}:
-        return value  # the common case, one regex search; the checks below say what is wrong
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
-    if len(value) > ID_MAX_LENGTH:
-        raise ValueError(f"{name} is {len(value)} characters long; the limit is {ID_MAX_LENGTH}")
-    if _CONTROL.search(value) or "/" in value or "\\" in value or value in {".", ".."}:
-        raise ValueError(
-            f"{name} {value!r} is not allowed: no control characters, '/', '\\', '.' or '..'"
-        )
-    if _SURROGATES.search(value):
-        raise ValueError(f"{name} {value!r} contains a lone surrogate")
-    return value
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def as_utc(moment: datetime) -> datetime:
-    """Timestamps must be timezone-aware; they are stored in UTC so text order is time order."""
-    if not isinstance(moment, datetime):
-        raise ValueError(f"created_at must be a datetime, got {type(moment).__name__}")
-    if moment.tzinfo is UTC:
-        return moment
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError("created_at must be timezone-aware (naive datetimes are ambiguous)")
-    return moment.astimezone(UTC)
-
-
-def new_event_id() -> str:
-    """128 random bits as 32 hex digits (what ``uuid4().hex`` gives, without building a UUID)."""
-    return os.urandom(16).hex()
-
-
-def sha256_hex(text: str | bytes) -> str:
-    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    return hashlib.sha256(data).hexdigest()
 
 
 class NewEvent:
@@ -171,7 +109,7 @@ class NewEvent:
             content_json, content_value = encode(content), _UNDECODED
         limit = CONTENT_LIMITS[category]  # type: ignore[index]  # a validated category name
         if len(content_json) > limit // 4 and len(content_json.encode("utf-8")) > limit:
-            content_value, content_json, metadata_value = _cap(
+            content_value, content_json, metadata_value = cap_content(
                 loads(content_json), content_json, loads(metadata_json), limit
             )
             metadata_json = dumps(metadata_value)
@@ -238,52 +176,6 @@ _NEW_EVENT_FIELDS: Final = (
     "thread_id", "run_id", "event_type", "category", "content", "metadata", "created_at", "event_id",
     "user_id",
 )
-
-
-def _cap(
-    content: JsonValue, content_json: str, metadata: JsonObject, limit: int
-) -> tuple[JsonValue, str, JsonObject]:
-    original = content_json.encode("utf-8")
-    note: JsonObject = {"original_bytes": len(original), "sha256": sha256_hex(original), "limit": limit}
-    for _ in range(8):
-        excess = len(content_json.encode("utf-8")) - limit
-        if excess <= 0:
-            return content, content_json, {**metadata, "content_truncated": note}
-        content = _shorten_longest_text(content, excess + len(_TRUNCATION_MARK.encode()) + 16)
-        content_json = dumps(content)
-    # JSON-escaping the preview at most doubles its bytes (the text holds no raw control characters).
-    preview = original[: (limit - 64) // 2].decode("utf-8", "ignore")
-    content = {"truncated": True, "preview": preview}
-    return content, dumps(content), {**metadata, "content_truncated": note}
-
-
-def _shorten_longest_text(value: JsonValue, excess: int) -> JsonValue:
-    """Cut ``excess`` characters (at least ``excess`` bytes) from the longest string leaf."""
-    path: list[str | int] = []
-    best: tuple[int, list[str | int]] = (-1, [])
-
-    def visit(node: JsonValue) -> None:
-        nonlocal best
-        if isinstance(node, str):
-            if len(node) > best[0]:
-                best = (len(node), list(path))
-        elif isinstance(node, dict | list):
-            items = node.items() if isinstance(node, dict) else enumerate(node)
-            for key, child in items:
-                path.append(key)
-                visit(child)
-                path.pop()
-
-    visit(value)
-    length, where = best
-    keep = max(0, length - excess)
-    if not where:
-        return value[:keep] + _TRUNCATION_MARK if isinstance(value, str) else value
-    parent: Any = value
-    for step in where[:-1]:
-        parent = parent[step]
-    parent[where[-1]] = parent[where[-1]][:keep] + _TRUNCATION_MARK
-    return value
 
 
 _new_record = object.__new__

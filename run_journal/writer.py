@@ -45,6 +45,7 @@ from run_journal.envelope import NewEvent
 from run_journal.runs import STATUS_AFTER, RunRow, RunStatus
 from run_journal.stores.base import RunEventStore
 from run_journal.stores.urls import open_store
+from run_journal.writer_flush import WriterFlush
 from run_journal.writer_types import DeferredEvent, JournalError, JournalStats, RetryPolicy
 
 __all__ = ["DeferredEvent", "EventWriter", "JournalError", "JournalStats", "RetryPolicy"]
@@ -58,7 +59,7 @@ QueueItem = NewEvent | DeferredEvent
 RowSource = Callable[[RunStatus], RunRow | None]
 
 
-class EventWriter:
+class EventWriter(WriterFlush):
     """Owns the queue, the writer task and the loop it runs on (see the module docstring)."""
 
     def __init__(
@@ -391,107 +392,3 @@ class EventWriter:
             self._counts["failed_batches"] += 1
             self._room.notify_all()
         return False
-
-    def _wake_waiters(self) -> None:
-        written = self._counts["written"] + self._counts["superseded"]  # every submission handled
-        failure = self._failure
-        keep: list[tuple[int, asyncio.Future[None]]] = []
-        for target, waiter in self._waiters:
-            if waiter.done():
-                continue
-            if failure is not None:
-                waiter.set_exception(self._error(failure))
-            elif written >= target:
-                waiter.set_result(None)
-            else:
-                keep.append((target, waiter))
-        self._waiters = keep
-
-    def _error(self, failure: BaseException) -> JournalError:
-        pending = len(self._queue)
-        error = JournalError(
-            f"run-journal could not write {pending} event(s) to the store after "
-            f"{self.retry.attempts} attempts: {type(failure).__name__}: {failure}"
-        )
-        error.__cause__ = failure
-        return error
-
-    async def _flush_here(self, closing: bool) -> None:
-        with self._lock:
-            target = self._counts["submitted"]
-            self._failure = None  # every flush gives a failed store another chance
-            self._stalled = False
-            self._urgent = True
-            self._closing = self._closing or closing
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append((target, waiter))
-        self._wakeup.set()
-        if closing and self._task is not None:
-            await asyncio.shield(self._task)
-            self._wake_waiters()
-        try:
-            await waiter
-        finally:
-            if closing and self._owns_store and self._store is not None:
-                await self._store.aclose()
-
-    # -- flush / close (any loop or thread) -------------------------------------------------------
-    async def flush(self, *, closing: bool = False) -> None:
-        """Write everything queued so far and the run row; ``JournalError`` if the store refuses."""
-        loop = self._loop
-        if loop is None:
-            return
-        if self._task is not None and self._task.done():
-            self._check_finished_writer(self._task)
-            return
-        if loop.is_closed():
-            raise JournalError(f"the writer's event loop is gone; {len(self._queue)} event(s) unwritten")
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            await self._flush_here(closing)
-        else:
-            future = asyncio.run_coroutine_threadsafe(self._flush_here(closing), loop)
-            try:
-                await asyncio.wrap_future(future)
-            finally:
-                if closing and self._thread is not None:
-                    loop.call_soon_threadsafe(loop.stop)
-                    await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
-
-    def _check_finished_writer(self, task: asyncio.Future[None]) -> None:
-        """After the writer stopped (closed, or crashed): nothing to do, or say what is unwritten."""
-        crash = None if task.cancelled() else task.exception()
-        if crash is not None:
-            raise JournalError(
-                f"the journal's writer stopped with {type(crash).__name__}: {crash}; "
-                f"{len(self._queue)} event(s) unwritten"
-            ) from crash
-        if self._queue:
-            raise self._error(self._failure) if self._failure else JournalError(
-                f"the journal is closed; {len(self._queue)} event(s) unwritten"
-            )
-
-    def close_blocking(self) -> None:
-        """``flush(closing=True)`` for sync code; refuses to block the writer's own loop."""
-        loop = self._loop
-        if loop is None:
-            return
-        if threading.get_ident() == self._loop_thread:
-            raise JournalError(
-                "the journal's writer runs on this thread's event loop: use 'async with' or "
-                "'await journal.aclose()' instead of the sync form"
-            )
-        if self._task is not None and self._task.done():
-            self._check_finished_writer(self._task)
-            return
-        if loop.is_closed():
-            raise JournalError(f"the writer's event loop is gone; {len(self._queue)} event(s) unwritten")
-        try:
-            asyncio.run_coroutine_threadsafe(self._flush_here(True), loop).result()
-        finally:
-            if self._thread is not None:
-                loop.call_soon_threadsafe(loop.stop)
-                self._thread.join()
