@@ -8,8 +8,8 @@ Prints absolute figures and ratios (store / raw). The baselines use the same sch
 pragmas (the store's own ``setup()`` creates them), one transaction per batch, rows pre-serialized:
 - write: ``put_batch`` of 100-event batches vs raw ``sqlite3`` ``BEGIN IMMEDIATE; executemany;
   COMMIT`` (target >= 0.5x); single ``put`` vs a raw one-row transaction.
-- read: a ``list_events`` page of 500 from one thread vs the same indexed query through ``sqlite3``
-  (target <= 2x, flat from 10k to 1M rows).
+- read: a ``list_events`` page of 500 from one thread vs the same indexed query through ``sqlite3``,
+  timed back to back page by page, medians (target <= 2x, flat from 10k to 1M rows).
 - postgres: 8 concurrent writers (tasks in one process; processes) into one thread, 100-event
   batches, events/s; one writer for comparison.
 """
@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -195,62 +196,42 @@ def fill(path: Path, rows: int, target: str, target_rows: int) -> None:
 
 
 async def bench_read(directory: Path, sizes: list[int], pages: int) -> None:
-    print(f"\nSQLite reads: list_events page of 500 from one thread of 5,000 events; {pages} pages each")
+    print(f"\nSQLite reads: list_events page of 500 from one thread of 5,000 events; {pages} pages each,")
+    print("raw and store timed back to back per page (a load burst hits both); medians")
     for size in sizes:
         path = await fresh_sqlite(directory, f"read{size}")
         await asyncio.to_thread(fill, path, size, "target", 5000)
-        cursors = [(n * 500) % 4500 for n in range(pages)]
         connection = raw_connection(path)
-
-        async def raw_pages(
-            connection: sqlite3.Connection = connection, cursors: list[int] = cursors
-        ) -> float:
-            started = time.perf_counter()
-            for after in cursors:
+        times: dict[str, list[float]] = {"raw": [], "store": [], "raw_decoded": [], "store_read": []}
+        async with SqlRunEventStore.from_url(f"sqlite:///{path}") as store:
+            await store.list_events("target", after_seq=0, limit=500)  # warm the kept connection
+            for n in range(pages):
+                after = (n * 500) % 4500
+                started = time.perf_counter()
                 rows = connection.execute(PAGE, ("target", after, 500)).fetchall()
-                assert len(rows) == 500
-            return (time.perf_counter() - started) / pages
-
-        async def raw_decoded(
-            connection: sqlite3.Connection = connection, cursors: list[int] = cursors
-        ) -> float:
-            started = time.perf_counter()
-            for after in cursors:
-                rows = connection.execute(PAGE, ("target", after, 500)).fetchall()
-                page = [RunEvent(
+                times["raw"].append(time.perf_counter() - started)
+                started = time.perf_counter()
+                page = await store.list_events("target", after_seq=after, limit=500)
+                times["store"].append(time.perf_counter() - started)
+                assert len(rows) == len(page) == 500
+                started = time.perf_counter()
+                decoded = [RunEvent(
                     thread_id=r[0], run_id=r[1], seq=r[2], event_type=r[3], category=r[4],
                     content=json.loads(r[5]), metadata=json.loads(r[6]),
                     created_at=datetime.fromisoformat(r[7]), event_id=r[8], user_id=r[9],
-                ) for r in rows]
-                assert len(page) == 500
-            return (time.perf_counter() - started) / pages
-
-        store = SqlRunEventStore.from_url(f"sqlite:///{path}")
-        async with store:
-
-            async def store_pages(store: SqlRunEventStore = store, cursors: list[int] = cursors) -> float:
+                ) for r in connection.execute(PAGE, ("target", after, 500)).fetchall()]
+                times["raw_decoded"].append(time.perf_counter() - started)
                 started = time.perf_counter()
-                for after in cursors:
-                    page = await store.list_events("target", after_seq=after, limit=500)
-                    assert len(page) == 500
-                return (time.perf_counter() - started) / pages
-
-            async def store_read(store: SqlRunEventStore = store, cursors: list[int] = cursors) -> float:
-                started = time.perf_counter()
-                for after in cursors:
-                    page = await store.list_events("target", after_seq=after, limit=500)
-                    assert all(e.content is not None and e.metadata is not None for e in page)
-                return (time.perf_counter() - started) / pages
-
-            await store_pages()  # warm the statement cache and the pool
-            raw, decoded, ours, ours_read = await interleaved(
-                3, raw_pages, raw_decoded, store_pages, store_read
-            )
+                page = await store.list_events("target", after_seq=after, limit=500)
+                assert all(e.content is not None and e.metadata is not None for e in page)
+                times["store_read"].append(time.perf_counter() - started)
+                assert len(decoded) == 500
         connection.close()
+        raw, ours, decoded_ms, ours_read = (statistics.median(times[k]) for k in times)
         print(
             f"  {size:>9,} rows: raw query {raw * 1000:5.2f} ms, store page {ours * 1000:5.2f} ms "
             f"({ours / raw:.2f}x, target <= 2x);  with every payload decoded: raw + json.loads "
-            f"{decoded * 1000:5.2f} ms, store {ours_read * 1000:5.2f} ms ({ours_read / decoded:.2f}x)"
+            f"{decoded_ms * 1000:5.2f} ms, store {ours_read * 1000:5.2f} ms ({ours_read / decoded_ms:.2f}x)"
         )
 
 
@@ -306,7 +287,7 @@ async def main() -> None:
         if args.only in (None, "write"):
             await bench_write(Path(directory), 50 if args.quick else 300, 200 if args.quick else 1000)
         if args.only in (None, "read"):
-            await bench_read(Path(directory), sizes, 20 if args.quick else 50)
+            await bench_read(Path(directory), sizes, 60 if args.quick else 300)
     if args.only in (None, "postgres"):
         await bench_postgres(5 if args.quick else 25)
     versions = f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}"

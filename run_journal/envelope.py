@@ -8,7 +8,7 @@ built, so a producer learns about bad input at the call site and every backend w
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
@@ -254,6 +254,18 @@ class RunEvent:
         event: RunEvent = _new_record(cls)
         _ROW(event, row)
         return event
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[Any, ...]]) -> list[RunEvent]:
+        """``from_row`` for a page of rows, in one loop (what a store's page read returns)."""
+        new, set_row = _new_record, _ROW
+        page: list[RunEvent] = []
+        append = page.append
+        for row in rows:
+            event = new(cls)
+            set_row(event, row)
+            append(event)
+        return page
 
     @property
     def content(self) -> JsonValue:

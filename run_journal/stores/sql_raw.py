@@ -324,4 +324,4 @@ def write_run_close(
 
 def fetch_events(connection: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[RunEvent]:
     """A page of records; built in the driver thread, so the event loop only receives the list."""
-    return list(map(RunEvent.from_row, connection.execute(sql, params)))
+    return RunEvent.from_rows(connection.execute(sql, params))
