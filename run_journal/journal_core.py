@@ -61,7 +61,7 @@ class JournalCore:
                category: str | None = None, *, created_at: datetime | None = None) -> NewEvent:
         return NewEvent(
             thread_id=self.thread_id or "pending", run_id=self.run_id, event_type=event_type,
-            category=category or category_of(event_type), content=content, metadata=dict(metadata),
+            category=category or category_of(event_type), content=content, metadata=metadata,
             created_at=created_at or utc_now(), user_id=self.user_id,
         )
 

@@ -13,6 +13,7 @@ import itertools
 import json
 import math
 import re
+import sys
 import uuid
 from collections.abc import Mapping
 from datetime import date, datetime, time
@@ -60,10 +61,11 @@ def normalize(value: Any) -> JsonValue:
 
     Rules (documented in docs/concepts.md): mappings get ``str`` keys; tuples, lists, sets become lists
     (sets sorted by their JSON text); LangChain messages and pydantic models are dumped; dataclasses
-    become objects; datetimes, dates and times are ISO-8601; enums give their value; ``Decimal``,
-    ``UUID`` and paths give ``str``; ``bytes`` give ``{"$bytes": "<base64>"}``; NaN and infinities
-    give ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; integers beyond 64 bits give their decimal string;
-    lone surrogates become U+FFFD; a reference cycle gives ``"<cycle>"``; anything else gives ``str()``.
+    become objects; datetimes, dates and times are ISO-8601; enums give their value (int, float and
+    str enums their number or text); ``Decimal``, ``UUID`` and paths give ``str``; ``bytes`` give
+    ``{"$bytes": "<base64>"}``; NaN and infinities give ``"NaN"``, ``"Infinity"``, ``"-Infinity"``;
+    integers beyond 64 bits give their decimal string; lone surrogates become U+FFFD; a reference
+    cycle gives ``"<cycle>"``; anything else gives ``str()``.
     """
     return _normalize(value, 0, set())
 
@@ -133,16 +135,18 @@ def _normalize_container(value: Any, depth: int, active: set[int]) -> JsonValue:
 
 
 def _normalize_leaf(value: Any) -> JsonValue:
+    # Subclasses of the JSON scalars (IntEnum, StrEnum included) are their number or characters,
+    # whatever their __str__ or enum value says: what the C JSON encoder writes for them too.
     if isinstance(value, bool):
         return bool(value)
-    if isinstance(value, enum.Enum):
-        return _normalize(value.value, MAX_DEPTH - 1, set())
     if isinstance(value, int):
         return _normalize(int(value), 0, set())
     if isinstance(value, float):
         return _normalize(float(value), 0, set())
-    if isinstance(value, str):  # a str subclass: its characters, whatever its __str__ says
+    if isinstance(value, str):
         return _clean_text(str.__str__(value))
+    if isinstance(value, enum.Enum):
+        return _normalize(value.value, MAX_DEPTH - 1, set())
     if isinstance(value, datetime | date | time):
         return value.isoformat()
     if isinstance(value, bytes | bytearray | memoryview):
@@ -216,6 +220,9 @@ _ENCODE_ANY: Final = json.encoder.c_make_encoder(  # type: ignore[attr-defined] 
 _JSON_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKET: Final = re.compile(r"[\[\]{}]")
 _NESTING: Final = {"[": 1, "{": 1, "]": -1, "}": -1}
+_SAFE_RECURSION: Final = 4000
+"""The C encoder finds a cycle by exhausting the recursion limit; above this (a raised limit) it
+could exhaust the C stack first, so such processes take the walk, which stops at ``MAX_DEPTH``."""
 
 
 class _NeedsWalk(Exception):
@@ -236,12 +243,13 @@ def encode(value: Any) -> str:
     """``dumps(normalize(value))`` without building the normalized value (see ``encode_value``):
     the text is checked for integers beyond 64 bits by a byte scan instead of a decode (a run of 19
     digits anywhere, even inside a string, sends the value to the walk)."""
-    try:
-        text = "".join(_ENCODE_ANY(value, 0))
-        if _LONG_NUMBER not in text.encode("utf-8").translate(_DIGITS_ONLY) and _shallow(text):
-            return text
-    except (TypeError, ValueError, RecursionError):  # UnicodeEncodeError: a lone surrogate
-        pass
+    if sys.getrecursionlimit() <= _SAFE_RECURSION:
+        try:
+            text = "".join(_ENCODE_ANY(value, 0))
+            if _LONG_NUMBER not in text.encode("utf-8").translate(_DIGITS_ONLY) and _shallow(text):
+                return text
+        except (TypeError, ValueError, RecursionError):  # UnicodeEncodeError: a lone surrogate
+            pass
     return dumps(normalize(value))
 
 
@@ -255,16 +263,19 @@ def encode_value(value: Any) -> tuple[str, JsonValue]:
 
     The encoder hands anything else to ``normalize`` (datetimes, models...); what only the walk
     handles (lone surrogates, integers beyond 64 bits, NaN, cycles, nesting deeper than
-    ``MAX_DEPTH``) is detected on the way and the value is walked instead, so the result is
-    always exactly the walk's. The value returned is a fresh copy.
+    ``MAX_DEPTH``) is detected on the way and the value is walked instead, so the result is the
+    walk's. One difference is left, because finding it would take the walk: a mapping whose keys
+    collide once spelled as JSON (``1`` and ``"1"``) keeps both in the text, where the walk keeps
+    the later one; both decode to the same value. The value returned is a fresh copy.
     """
-    try:
-        text = "".join(_ENCODE_ANY(value, 0))
-        if (text.isascii() or _is_utf8(text)) and _shallow(text):
-            data, _ = _SCAN_CHECKED(text, 0)
-            return text, data
-    except (TypeError, ValueError, RecursionError, _NeedsWalk):
-        pass
+    if sys.getrecursionlimit() <= _SAFE_RECURSION:
+        try:
+            text = "".join(_ENCODE_ANY(value, 0))
+            if (text.isascii() or _is_utf8(text)) and _shallow(text):
+                data, _ = _SCAN_CHECKED(text, 0)
+                return text, data
+        except (TypeError, ValueError, RecursionError, _NeedsWalk):
+            pass
     data = normalize(value)
     return dumps(data), data
 
@@ -278,10 +289,11 @@ def _is_utf8(text: str) -> bool:
 
 
 def _shallow(text: str) -> bool:
-    if text.count("[") + text.count("{") <= MAX_DEPTH:
+    """Nesting below ``MAX_DEPTH``: no value sits where the walk would put ``"<max depth>"``."""
+    if text.count("[") + text.count("{") < MAX_DEPTH:
         return True
     brackets = _BRACKET.findall(_JSON_STRING.sub("", text))
-    return max(itertools.accumulate(map(_NESTING.__getitem__, brackets)), default=0) <= MAX_DEPTH
+    return max(itertools.accumulate(map(_NESTING.__getitem__, brackets)), default=0) < MAX_DEPTH
 
 
 _SCAN: Final = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__, untyped

@@ -301,8 +301,8 @@ class EventWriter(WriterFlush):
                 pending.append(event)
                 continue
             row = self._final_row(event) if index == len(items) - 1 else None
-            if row is not None:
-                closed = await store.put_run_close(pending, event, row)
+            closed = None if row is None else await self._close_run(store, pending, event, row)
+            if closed is not None:
                 events.extend(pending)
                 if closed:
                     events.append(event)
@@ -319,6 +319,19 @@ class EventWriter(WriterFlush):
         if pending:
             await store.put_batch(pending)
             events.extend(pending)
+
+    @staticmethod
+    async def _close_run(
+        store: RunEventStore, pending: list[NewEvent], terminal: NewEvent, row: RunRow
+    ) -> bool | None:
+        """``put_run_close``, or None when it failed: the caller then writes the same events step
+        by step (each step idempotent), so a failure that concerns only the row (a run row owned by
+        another thread) is reported by the row's own write, not charged to events already stored."""
+        try:
+            return await store.put_run_close(pending, terminal, row)
+        except Exception:
+            logger.debug("run-journal: put_run_close failed; writing step by step", exc_info=True)
+            return None
 
     def _final_row(self, terminal: NewEvent) -> RunRow | None:
         """The run row as it stands once ``terminal`` is written (None: write it the usual way)."""

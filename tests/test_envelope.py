@@ -14,6 +14,7 @@ import enum
 import hashlib
 import math
 import pickle
+import sys
 import uuid
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
@@ -513,6 +514,37 @@ def test_the_one_pass_encoder_leaves_depth_cycles_and_big_numbers_to_the_walk() 
     for value in values:
         assert encode(value) == dumps(normalize(value))
     assert "<max depth>" in encode(deep)
+
+
+class _Labelled(int, enum.Enum):
+    """An int enum whose value is not its number."""
+
+    def __new__(cls, number: int, label: str) -> _Labelled:
+        member = int.__new__(cls, number)
+        member._value_ = label
+        return member
+
+    ONE = (1, "one")
+
+
+def test_the_one_pass_encoder_agrees_with_the_walk_on_the_edges_a_review_found() -> None:
+    at_the_limit: Any = date(2020, 1, 1)
+    for _ in range(MAX_DEPTH):
+        at_the_limit = [at_the_limit]  # a leaf where the walk writes "<max depth>"
+    for value in (at_the_limit, [_Labelled.ONE], {_Labelled.ONE: _Labelled.ONE}):
+        assert encode(value) == dumps(normalize(value))
+    assert normalize([_Labelled.ONE]) == [1]  # a number enum is its number, as the C encoder writes it
+
+
+def test_a_raised_recursion_limit_takes_the_walk_instead_of_the_c_stack() -> None:
+    cyclic: dict[str, Any] = {"a": 1}
+    cyclic["self"] = cyclic
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(100_000)
+    try:
+        assert encode(cyclic) == '{"a":1,"self":"<cycle>"}'
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 @settings(deadline=None, max_examples=50)

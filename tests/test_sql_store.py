@@ -263,6 +263,21 @@ async def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
+async def test_sqlite_page_reads_replace_a_broken_kept_connection(tmp_path: Path) -> None:
+    async with SqlRunEventStore.from_url(f"sqlite:///{tmp_path / 'j.db'}") as store:
+        await store.put(thread_id="t", run_id="r", event_type="tool.call", category="trace")
+        assert len(await store.list_events("t")) == 1
+        engine = store._engine.sync_engine
+        await (await store._sqlite_reader()).close()  # the reader's driver connection dies
+        with pytest.raises(ValueError, match="connection"):  # aiosqlite: no active connection
+            await store.list_events("t")
+        assert [e.seq for e in await store.list_events("t")] == [1]  # a fresh connection took over
+        checked_out = engine.pool.checkedout()  # type: ignore[attr-defined]  # QueuePool method
+    assert checked_out <= 2  # the reader and the writer: the broken one went back to nobody
+    with pytest.raises(Exception, match="closed"):
+        await store.list_events("t")
+
+
 async def test_a_store_around_an_existing_engine_leaves_it_open(tmp_path: Path) -> None:
     from sqlalchemy import text
     from sqlalchemy.ext.asyncio import create_async_engine

@@ -11,6 +11,7 @@ native to ``sqlite3`` and go through ``text()`` on PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import Collection, Sequence
 from typing import Any, Final
@@ -20,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import await_only
 
 from run_journal.envelope import NewEvent, RunEvent
+from run_journal.stores.base import StoreClosedError
 from run_journal.stores.sql_schema import stamp
 
 READY: Final = "run_journal_ready"
@@ -153,6 +155,7 @@ class KeptConnection:
         self._conn: AsyncConnection | None = None
         self._driver: Any = None
         self._opening = asyncio.Lock()
+        self._closed = False
 
     async def driver(self) -> Any:
         """The aiosqlite connection (opened and configured on first use)."""
@@ -161,11 +164,26 @@ class KeptConnection:
         async with self._opening:
             if self._conn is None or self._conn.closed or self._conn.invalidated:
                 conn = await self._engine.connect()
-                self._driver = await driver_of(conn, self._busy_ms)
-                self._conn = conn
+                try:
+                    driver = await driver_of(conn, self._busy_ms)
+                except BaseException:
+                    await conn.close()
+                    raise
+                if self._closed:  # the store closed while this connection was being opened
+                    await conn.close()
+                    raise StoreClosedError("the store is closed")
+                self._conn, self._driver = conn, driver
         return self._driver
 
+    async def discard(self) -> None:
+        """Drop the connection after an error; the next use opens a fresh one."""
+        conn, self._conn, self._driver = self._conn, None, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # it is being thrown away because it failed
+                await conn.invalidate()
+
     async def close(self) -> None:
+        self._closed = True
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()

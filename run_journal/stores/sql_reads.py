@@ -7,6 +7,7 @@ The latest page is ``ORDER BY seq DESC LIMIT n`` reversed, so its cost does not 
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -40,6 +41,8 @@ class SqlReads:
     async def _ready(self) -> None:
         raise NotImplementedError
 
+    _reader_conn: raw.KeptConnection
+
     async def _sqlite_reader(self) -> Any:
         raise NotImplementedError
 
@@ -49,9 +52,13 @@ class SqlReads:
         sql, params = where.select(self._events_sql, descending=descending, limit=limit)
         await self._ready()
         if self.dialect == "sqlite":
-            page: list[RunEvent] = await raw.in_driver_thread(
-                await self._sqlite_reader(), raw.fetch_events, sql, params
-            )
+            try:
+                page: list[RunEvent] = await raw.in_driver_thread(
+                    await self._sqlite_reader(), raw.fetch_events, sql, params
+                )
+            except (sqlite3.Error, ValueError):  # ValueError: aiosqlite's connection is closed
+                await self._reader_conn.discard()  # a broken connection is not kept
+                raise
             return page
         async with self._reader.connect() as conn:
             rows = (await conn.execute(text(sql), params)).all()
