@@ -77,6 +77,13 @@ class _Column:
         return kept
 
 
+def _column_of(columns: dict[str, _Column], run_id: str) -> _Column:
+    column = columns.get(run_id)
+    if column is None:
+        column = columns[run_id] = _Column()
+    return column
+
+
 class _Thread:
     """A thread's events, indexes and its never-decreasing seq counter."""
 
@@ -95,10 +102,10 @@ class _Thread:
         self.last_seq += 1
         record = _Record(self.last_seq, event)
         self.events.append(record)
-        self.run_events.setdefault(event.run_id, _Column()).append(record)
+        _column_of(self.run_events, event.run_id).append(record)
         if event.category == _MESSAGE:
             self.messages.append(record)
-            self.run_messages.setdefault(event.run_id, _Column()).append(record)
+            _column_of(self.run_messages, event.run_id).append(record)
         self.by_event_id[event.event_id] = record
         self.first_of_type.setdefault((event.run_id, event.event_type), record)
         self.users[event.user_id] += 1
