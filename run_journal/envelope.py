@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from run_journal.caps import CONTENT_LIMITS, METADATA_LIMIT, cap_content
 from run_journal.catalog import validate_event_type
@@ -50,7 +50,32 @@ __all__ = [
 _UNDECODED: Final[Any] = object()
 
 
-class NewEvent:
+class _Frozen:
+    """What both records share: every field refuses assignment, equality is field by field (an
+    event's payload is compared as decoded), and payloads are dicts, so records are not hashable."""
+
+    __slots__ = ()
+    _FIELDS: ClassVar[tuple[str, ...]]
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to {name!r}: {type(self).__name__} is frozen")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete {name!r}: {type(self).__name__} is frozen")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self._FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]  # see the class docstring
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._FIELDS)
+        return f"{type(self).__name__}({fields})"
+
+
+class NewEvent(_Frozen):
     """An event ready to be written: everything but the ``seq`` the store assigns.
 
     Building one validates ids and names against the catalog limits, normalizes ``content`` and
@@ -151,28 +176,11 @@ class NewEvent:
             _NEW_EVENT_SLOT["_metadata"](self, value)
         return value
 
-    def __setattr__(self, name: str, value: object) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}: NewEvent is frozen")
-
-    def __delattr__(self, name: str) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}: NewEvent is frozen")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, NewEvent):
-            return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in _NEW_EVENT_FIELDS)
-
-    __hash__ = None  # type: ignore[assignment]  # payloads are dicts: an event is not hashable
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _NEW_EVENT_FIELDS)
-        return f"NewEvent({fields})"
-
     def __reduce__(self) -> tuple[Any, ...]:
-        return (NewEvent, tuple(getattr(self, name) for name in _NEW_EVENT_FIELDS))
+        return (NewEvent, tuple(getattr(self, name) for name in self._FIELDS))
 
 
-_NEW_EVENT_FIELDS: Final = (
+NewEvent._FIELDS = (
     "thread_id", "run_id", "event_type", "category", "content", "metadata", "created_at", "event_id",
     "user_id",
 )
@@ -185,7 +193,7 @@ def _column(index: int, doc: str) -> Any:
     return property(lambda event: event._row[index], doc=doc)
 
 
-class RunEvent:
+class RunEvent(_Frozen):
     """An event as a store holds it. Frozen; ``content`` and ``metadata`` are the reader's own copies.
 
     ``seq`` is assigned by the store in the same step that persists the event: per thread it starts at
@@ -208,6 +216,7 @@ class RunEvent:
         "event_id", "user_id",
     )
     """The order of ``from_row``'s row (the SQL stores select exactly these columns)."""
+    _FIELDS = COLUMNS
 
     if TYPE_CHECKING:
         thread_id: str
@@ -294,23 +303,6 @@ class RunEvent:
             value = as_utc(datetime.fromisoformat(stored) if isinstance(stored, str) else stored)
             _CREATED_AT(self, value)
         return value
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}: RunEvent is frozen")
-
-    def __delattr__(self, name: str) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}: RunEvent is frozen")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, RunEvent):
-            return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in self.COLUMNS)
-
-    __hash__ = None  # type: ignore[assignment]  # payloads are dicts: a record is not hashable
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.COLUMNS)
-        return f"RunEvent({fields})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (RunEvent.from_dict, (self.to_dict(),))

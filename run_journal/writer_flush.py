@@ -82,14 +82,9 @@ class WriterFlush:
     # -- flush / close (any loop or thread) -------------------------------------------------------
     async def flush(self, *, closing: bool = False) -> None:
         """Write everything queued so far and the run row; ``JournalError`` if the store refuses."""
-        loop = self._loop
+        loop = self._live_loop()
         if loop is None:
             return
-        if self._task is not None and self._task.done():
-            self._check_finished_writer(self._task)
-            return
-        if loop.is_closed():
-            raise JournalError(f"the writer's event loop is gone; {len(self._queue)} event(s) unwritten")
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -104,6 +99,19 @@ class WriterFlush:
                 if closing and self._thread is not None:
                     loop.call_soon_threadsafe(loop.stop)
                     await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+
+    def _live_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The writer's loop, to hand a flush to; None when there is nothing to flush (the writer
+        never started, or stopped with nothing left). ``JournalError`` if events are stranded."""
+        loop = self._loop
+        if loop is None:
+            return None
+        if self._task is not None and self._task.done():
+            self._check_finished_writer(self._task)
+            return None
+        if loop.is_closed():
+            raise JournalError(f"the writer's event loop is gone; {len(self._queue)} event(s) unwritten")
+        return loop
 
     def _check_finished_writer(self, task: asyncio.Future[None]) -> None:
         """After the writer stopped (closed, or crashed): nothing to do, or say what is unwritten."""
@@ -120,19 +128,14 @@ class WriterFlush:
 
     def close_blocking(self) -> None:
         """``flush(closing=True)`` for sync code; refuses to block the writer's own loop."""
-        loop = self._loop
-        if loop is None:
-            return
-        if threading.get_ident() == self._loop_thread:
+        if self._loop is not None and threading.get_ident() == self._loop_thread:
             raise JournalError(
                 "the journal's writer runs on this thread's event loop: use 'async with' or "
                 "'await journal.aclose()' instead of the sync form"
             )
-        if self._task is not None and self._task.done():
-            self._check_finished_writer(self._task)
+        loop = self._live_loop()
+        if loop is None:
             return
-        if loop.is_closed():
-            raise JournalError(f"the writer's event loop is gone; {len(self._queue)} event(s) unwritten")
         try:
             asyncio.run_coroutine_threadsafe(self._flush_here(True), loop).result()
         finally:
