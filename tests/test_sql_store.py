@@ -278,6 +278,17 @@ async def test_sqlite_page_reads_replace_a_broken_kept_connection(tmp_path: Path
         await store.list_events("t")
 
 
+async def test_sqlite_writes_replace_a_broken_kept_connection(tmp_path: Path) -> None:
+    async with SqlRunEventStore.from_url(f"sqlite:///{tmp_path / 'j.db'}") as store:
+        await store.put(thread_id="t", run_id="r", event_type="tool.call", category="trace")
+        await (await store._writer_conn.driver()).close()  # the writer's driver connection dies
+        with pytest.raises(ValueError, match="connection"):
+            await store.put(thread_id="t", run_id="r", event_type="tool.call", category="trace")
+        again = await store.put(thread_id="t", run_id="r", event_type="tool.call", category="trace")
+        assert again.seq == 2  # a fresh connection took over; the failed write left no trace
+        assert [e.seq for e in await store.list_events("t")] == [1, 2]
+
+
 async def test_a_store_around_an_existing_engine_leaves_it_open(tmp_path: Path) -> None:
     from sqlalchemy import text
     from sqlalchemy.ext.asyncio import create_async_engine

@@ -219,16 +219,21 @@ class SqlRunEventStore(SqlReads, RunEventStore):
                 last = await self._bump(conn, thread_id, len(fresh))
                 return await self._write(conn, thread_id, fresh, last)
         rows = [raw.insert_values(item, 0) for item in fresh]
-        async with self._write_lock():
-            driver = await self._sqlite_writer()
-            last = await raw.in_driver_thread(
-                driver, raw.write_new, self._bump_sql, self._insert_sql, thread_id, rows
-            )
+        last = await self._in_writer_thread(raw.write_new, self._bump_sql, self._insert_sql, thread_id, rows)
         first = last - len(fresh) + 1
         return {item.event_id: first + n for n, item in enumerate(fresh)}
 
-    async def _sqlite_writer(self) -> Any:
-        return await self._writer_conn.driver()
+    async def _in_writer_thread(self, work: Any, *args: Any) -> Any:
+        """``work(sqlite3_connection, *args)`` on the kept writer connection, one writer at a time.
+        A connection that fails (other than on an event_id already stored) is replaced on next use."""
+        async with self._write_lock():
+            try:
+                return await raw.in_driver_thread(await self._writer_conn.driver(), work, *args)
+            except _DUPLICATE:
+                raise
+            except (sqlite3.Error, ValueError):  # ValueError: aiosqlite's connection is closed
+                await self._writer_conn.discard()
+                raise
 
     async def _sqlite_reader(self) -> Any:
         return await self._reader_conn.driver()
@@ -257,12 +262,10 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         await self._ready()
         if self.dialect == "sqlite":  # one hand-off to the driver thread, as for event writes
             params = (event.thread_id, event.run_id, *types, event.event_id, event.event_id)
-            async with self._write_lock():
-                driver = await self._sqlite_writer()
-                seq, found = await raw.in_driver_thread(
-                    driver, raw.write_if_absent, raw.if_absent_sql(self._events_sql, len(types)),
-                    params, self._bump_sql, self._insert_sql, raw.insert_values(event, 0),
-                )
+            seq, found = await self._in_writer_thread(
+                raw.write_if_absent, raw.if_absent_sql(self._events_sql, len(types)),
+                params, self._bump_sql, self._insert_sql, raw.insert_values(event, 0),
+            )
             return (raw.event_of(found), False) if found is not None else (RunEvent.stored(event, seq), True)
         same_id = EVENTS.c.event_id == event.event_id
         exclusive = and_(EVENTS.c.run_id == event.run_id, EVENTS.c.event_type.in_(types))
@@ -312,11 +315,9 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         if self.dialect == "sqlite":  # one hand-off to the driver thread, as for event writes
             values = schema.run_values(row)
             ordered = tuple(values[name] for name in self._run_columns)
-            async with self._write_lock():
-                driver = await self._sqlite_writer()
-                written, owner = await raw.in_driver_thread(
-                    driver, raw.write_run, self._upsert_run_sql, self._runs_sql, ordered
-                )
+            written, owner = await self._in_writer_thread(
+                raw.write_run, self._upsert_run_sql, self._runs_sql, ordered
+            )
         else:
             statement = schema.upsert_run(self._insert(runs), row)
             async with self._writer.begin() as conn:
@@ -343,13 +344,12 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         params = (terminal.thread_id, terminal.run_id, *types, terminal.event_id, terminal.event_id)
         values = schema.run_values(row)
         try:
-            async with self._write_lock():
-                written = await raw.in_driver_thread(
-                    await self._sqlite_writer(), raw.write_run_close,
-                    (self._bump_sql, self._insert_sql, [raw.insert_values(e, 0) for e in events]),
-                    (lookup, params, raw.insert_values(terminal, 0)),
-                    (self._upsert_run_sql, self._runs_sql, tuple(values[n] for n in self._run_columns)),
-                )
+            written = await self._in_writer_thread(
+                raw.write_run_close,
+                (self._bump_sql, self._insert_sql, [raw.insert_values(e, 0) for e in events]),
+                (lookup, params, raw.insert_values(terminal, 0)),
+                (self._upsert_run_sql, self._runs_sql, tuple(values[n] for n in self._run_columns)),
+            )
         except sqlite3.IntegrityError:  # a retry: some event is stored already; the parts sort it out
             return await super().put_run_close(events, terminal, row)
         if written is None:
