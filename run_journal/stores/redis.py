@@ -13,16 +13,13 @@ seconds disappears with its run rows. The refresh costs one EXPIRE per index key
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 
-from run_journal.envelope import NewEvent, RunEvent, utc_now, validate_id
-from run_journal.runs import TERMINAL_STATUSES, RunRow
+from run_journal.envelope import NewEvent, RunEvent, validate_id
 from run_journal.stores import _redis_lua as lua
 from run_journal.stores._redis_records import (
     Keep,
@@ -37,6 +34,7 @@ from run_journal.stores._redis_records import (
     text,
     wait_for_notification,
 )
+from run_journal.stores._redis_runs import RedisRuns
 from run_journal.stores.base import (
     CONTRACT_MAJOR,
     CONTRACT_VERSION,
@@ -45,7 +43,6 @@ from run_journal.stores.base import (
     check_after_thread,
     check_cursor,
     check_limit,
-    check_statuses,
     check_user_id,
     expand_event_types,
     metadata_task_id,
@@ -54,7 +51,7 @@ from run_journal.stores.base import (
 DEFAULT_PREFIX: Final = "run_journal:"
 
 
-class RedisRunEventStore(RunEventStore):
+class RedisRunEventStore(RedisRuns, RunEventStore):
     """Run events and run rows in one Redis database, under a key prefix (see ``_redis_lua``)."""
 
     def __init__(
@@ -360,49 +357,6 @@ class RedisRunEventStore(RunEventStore):
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
 
-    # -- runs ------------------------------------------------------------------------------------
-    async def put_run(self, row: RunRow) -> RunRow:
-        await self._open()
-        row_json = json.dumps(row.to_dict(), ensure_ascii=False, separators=(",", ":"))
-        args: list[str | int] = [
-            self._prefix, row.run_id, row.thread_id, str(row.status), row_json,
-            self._retention.ttl_seconds or 0,
-            _micros(row.started_at) if row.started_at is not None else "", _micros(utc_now()),
-            *sorted(TERMINAL_STATUSES),
-        ]
-        stored = await self._put_run_script(args=args)
-        if isinstance(stored, list):  # ['thread', owner]: the run belongs to another thread
-            owner = text(stored[1])
-            raise ValueError(f"run {row.run_id!r} belongs to thread {owner!r}, not {row.thread_id!r}")
-        return RunRow.from_dict(json.loads(stored if stored is not None else row_json))
-
-    async def get_run(self, run_id: str) -> RunRow | None:
-        validate_id("run_id", run_id)
-        await self._open()
-        text = await self._client.hget(f"{self._prefix}run/{run_id}", "row")
-        return RunRow.from_dict(json.loads(text)) if text is not None else None
-
-    async def list_runs(
-        self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
-    ) -> list[RunRow]:
-        statuses = check_statuses(statuses)
-        await self._open()
-        if thread_id is None:
-            index = self._prefix + "runs"
-        else:
-            index = self._thread_key(validate_id("thread_id", thread_id), "runs")
-        run_ids = [text(run_id) for run_id in await self._client.zrange(index, 0, -1)]  # type: ignore[arg-type]  # plain zrange gives members only
-        async with self._client.pipeline(transaction=False) as pipe:
-            for run_id in run_ids:
-                pipe.hget(f"{self._prefix}run/{run_id}", "row")
-            texts = await pipe.execute()
-        expired = [run_id for run_id, row in zip(run_ids, texts, strict=True) if row is None]
-        if expired:  # rows that outlived their retention TTL leave the index lazily
-            await self._client.zrem(index, *expired)
-        wanted = set(statuses) if statuses is not None else None
-        rows = [RunRow.from_dict(json.loads(text)) for text in texts if text is not None]
-        return [row for row in rows if wanted is None or row.status in wanted]
-
     # -- deletes ---------------------------------------------------------------------------------
     async def delete_by_thread(self, thread_id: str) -> int:
         validate_id("thread_id", thread_id)
@@ -415,15 +369,6 @@ class RedisRunEventStore(RunEventStore):
         await self._open()
         return int(await self._delete_run_script(args=[self._prefix, thread_id, run_id]))
 
-
-
-def _micros(moment: datetime) -> int:
-    """A sort score: whole microseconds since the epoch (exact in a double until year 2255)."""
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _user_matches(event: RunEvent, user_id: str | None) -> bool:
