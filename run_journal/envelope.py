@@ -50,6 +50,15 @@ __all__ = [
 _UNDECODED: Final[Any] = object()
 
 
+def _decoded(record: _Frozen, slot: str, text: str) -> Any:
+    """A payload field: decoded from its JSON ``text`` on first read, then kept in ``slot``."""
+    value = getattr(record, slot, _UNDECODED)  # unset or _UNDECODED: not decoded yet
+    if value is _UNDECODED:
+        value = loads(text)
+        object.__setattr__(record, slot, value)  # the record's own cache, past its frozen __setattr__
+    return value
+
+
 class _Frozen:
     """What both records share: every field refuses assignment, equality is field by field (an
     event's payload is compared as decoded), and payloads are dicts, so records are not hashable."""
@@ -161,20 +170,14 @@ class NewEvent(_Frozen):
     @property
     def content(self) -> JsonValue:
         """The normalized content (decoded from ``content_json`` once, on first access)."""
-        value: JsonValue = self._content
-        if value is _UNDECODED:
-            value = loads(self.content_json)
-            _NEW_EVENT_SLOT["_content"](self, value)
-        return value
+        content: JsonValue = _decoded(self, "_content", self.content_json)
+        return content
 
     @property
     def metadata(self) -> JsonObject:
         """The normalized metadata (decoded from ``metadata_json`` once, on first access)."""
-        value: JsonObject = self._metadata
-        if value is _UNDECODED:
-            value = loads(self.metadata_json)
-            _NEW_EVENT_SLOT["_metadata"](self, value)
-        return value
+        metadata: JsonObject = _decoded(self, "_metadata", self.metadata_json)
+        return metadata
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (NewEvent, tuple(getattr(self, name) for name in self._FIELDS))
@@ -279,20 +282,14 @@ class RunEvent(_Frozen):
     @property
     def content(self) -> JsonValue:
         """The event's payload (decoded from the stored JSON on first access)."""
-        value: JsonValue = getattr(self, "_content", _UNDECODED)
-        if value is _UNDECODED:
-            value = loads(self._row[5])
-            _CONTENT(self, value)
-        return value
+        content: JsonValue = _decoded(self, "_content", self._row[5])
+        return content
 
     @property
     def metadata(self) -> JsonObject:
         """Attribution and measurements (caller, usage, latency, ...): a JSON object."""
-        value: JsonObject = getattr(self, "_metadata", _UNDECODED)
-        if value is _UNDECODED:
-            value = loads(self._row[6])
-            _METADATA(self, value)
-        return value
+        metadata: JsonObject = _decoded(self, "_metadata", self._row[6])
+        return metadata
 
     @property
     def created_at(self) -> datetime:

@@ -143,12 +143,12 @@ class JournalCore:
             content=first.text if first is not None else "")
         model = model_name_of(response, call.model)
         usage = extract_usage(response)
-        cost = self._tally.add_call(call.caller, model, usage)
+        priced = self._tally.add_call(call.caller, model, usage)
         now = time.monotonic()
         ttft = None if call.first_token_at is None else int((call.first_token_at - call.started) * 1000)
         meta = {
             "caller": call.caller, "llm_call_index": call.index, "model_name": model,
-            "usage": usage.to_dict() if usage else None, "cost_usd": cost,
+            "usage": usage.to_dict() if usage else None, "cost_usd": priced.cost_usd,
             "latency_ms": int((now - call.started) * 1000), "time_to_first_token_ms": ttft,
             "message_id": message.id,
         }
@@ -207,7 +207,8 @@ class JournalCore:
         elif mapped["event_type"] == "subagent.end":
             state.open_tasks.pop(task_id, None)
             usage = usage_from_mapping(content.get("usage"))
-            if self._tally.calls_by(caller):
+            seen = self._tally.by_caller.get(caller)
+            if seen is not None and seen.llm_calls:
                 usage = None  # the subagent ran in-process: its model calls were already counted
             if usage is not None and task_id not in state.counted_tasks:
                 state.counted_tasks.add(task_id)
@@ -237,8 +238,7 @@ class JournalCore:
         duration = int((time.monotonic() - state.started_mono) * 1000)
         meta = {"status": status.value, "duration_ms": duration, "caller": state.caller}
         self._queue(self._event(event_type, content, meta, created_at=state.ended_at))
-        if state.started:
-            self._writer.write_soon()
+        self._writer.write_soon()
 
     def _end_root(self, output: Any) -> None:
         state = self._state

@@ -225,24 +225,18 @@ _SAFE_RECURSION: Final = 4000
 could exhaust the C stack first, so such processes take the walk, which stops at ``MAX_DEPTH``."""
 
 
-class _NeedsWalk(Exception):
-    """The one-pass encoding met what only ``normalize`` handles."""
-
-
-def _int_in_range(digits: str) -> int:
-    number = int(digits)
-    if len(digits) > 18 and not INT_RANGE[0] <= number <= INT_RANGE[1]:
-        raise _NeedsWalk
-    return number
-
-
-_SCAN_CHECKED: Final = json.JSONDecoder(parse_int=_int_in_range).scan_once  # type: ignore[attr-defined]
-
-
 def encode(value: Any) -> str:
-    """``dumps(normalize(value))`` without building the normalized value (see ``encode_value``):
-    the text is checked for integers beyond 64 bits by a byte scan instead of a decode (a run of 19
-    digits anywhere, even inside a string, sends the value to the walk)."""
+    """``dumps(normalize(value))``, in one pass of the C encoder when ``value`` is plain JSON data
+    (the common case: dicts, lists, strings, numbers).
+
+    The encoder hands anything else to ``normalize`` (datetimes, models...); what only the walk
+    handles is detected on the text and the value is walked instead: lone surrogates (the UTF-8
+    encode fails), NaN (the encoder refuses it), cycles (the recursion limit), nesting as deep as
+    ``MAX_DEPTH`` (bracket depth) and integers beyond 64 bits (a byte scan: a run of 19 digits
+    anywhere, even inside a string, sends the value to the walk). One difference is left, because
+    finding it would take the walk: a mapping whose keys collide once spelled as JSON (``1`` and
+    ``"1"``) keeps both in the text, where the walk keeps the later one; both decode alike.
+    """
     if sys.getrecursionlimit() <= _SAFE_RECURSION:
         try:
             text = "".join(_ENCODE_ANY(value, 0))
@@ -258,34 +252,9 @@ _LONG_NUMBER: Final = b"9" * 19
 
 
 def encode_value(value: Any) -> tuple[str, JsonValue]:
-    """``(dumps(normalize(value)), normalize(value))``, in one pass of the C encoder and one of the
-    C decoder when ``value`` is plain JSON data (the common case: dicts, lists, strings, numbers).
-
-    The encoder hands anything else to ``normalize`` (datetimes, models...); what only the walk
-    handles (lone surrogates, integers beyond 64 bits, NaN, cycles, nesting deeper than
-    ``MAX_DEPTH``) is detected on the way and the value is walked instead, so the result is the
-    walk's. One difference is left, because finding it would take the walk: a mapping whose keys
-    collide once spelled as JSON (``1`` and ``"1"``) keeps both in the text, where the walk keeps
-    the later one; both decode to the same value. The value returned is a fresh copy.
-    """
-    if sys.getrecursionlimit() <= _SAFE_RECURSION:
-        try:
-            text = "".join(_ENCODE_ANY(value, 0))
-            if (text.isascii() or _is_utf8(text)) and _shallow(text):
-                data, _ = _SCAN_CHECKED(text, 0)
-                return text, data
-        except (TypeError, ValueError, RecursionError, _NeedsWalk):
-            pass
-    data = normalize(value)
-    return dumps(data), data
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    """``(encode(value), normalize(value))``: the text and a fresh copy of the value it holds."""
+    text = encode(value)
+    return text, loads(text)
 
 
 def _shallow(text: str) -> bool:

@@ -217,33 +217,6 @@ def cap_text(text: str | None, limit: int = TEXT_CAP) -> str | None:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-class _Sum:
-    """A running ``UsageTotals``, added to in place (a model call costs additions, no new objects)."""
-
-    __slots__ = ("calls", "cost", "priced", "tokens", "unknown")
-
-    def __init__(self) -> None:
-        self.tokens = [0, 0, 0, 0, 0, 0]  # TokenUsage's fields, in order
-        self.calls = 0
-        self.cost = 0.0
-        self.priced = False  # some call had a price
-        self.unknown = False  # some call had none: the total cost is unknown, never a guess
-
-    def add(self, usage: TokenUsage, cost: float | None, calls: int) -> None:
-        self.tokens = [a + b for a, b in zip(self.tokens, _values(usage), strict=True)]
-        self.calls += calls
-        if cost is None:
-            self.unknown = self.unknown or calls > 0
-        else:
-            self.cost += cost
-            self.priced = True
-
-    def totals(self) -> UsageTotals:
-        cost = None if self.unknown or not self.priced else self.cost
-        input_, output, total, cache_read, cache_creation, reasoning = self.tokens
-        return UsageTotals(input_, output, total, cache_read, cache_creation, reasoning, self.calls, cost)
-
-
 @dataclasses.dataclass(slots=True)
 class RunTally:
     """What a run's row adds up: usage per caller and per model, counts, first and last messages.
@@ -252,57 +225,38 @@ class RunTally:
     """
 
     pricing: Pricing | None = None
+    total: UsageTotals = dataclasses.field(default_factory=UsageTotals)
+    by_caller: dict[str, UsageTotals] = dataclasses.field(default_factory=dict)
+    by_model: dict[str, UsageTotals] = dataclasses.field(default_factory=dict)
     tool_calls: int = 0
     tool_errors: int = 0
     messages: int = 0
     first_human: str | None = None
     last_ai: str | None = None
-    _total: _Sum = dataclasses.field(default_factory=_Sum)
-    _by_caller: dict[str, _Sum] = dataclasses.field(default_factory=dict)
-    _by_model: dict[str, _Sum] = dataclasses.field(default_factory=dict)
 
-    @property
-    def total(self) -> UsageTotals:
-        return self._total.totals()
-
-    @property
-    def by_caller(self) -> dict[str, UsageTotals]:
-        return {caller: bucket.totals() for caller, bucket in self._by_caller.items()}
-
-    @property
-    def by_model(self) -> dict[str, UsageTotals]:
-        return {model: bucket.totals() for model, bucket in self._by_model.items()}
-
-    def calls_by(self, caller: str) -> int:
-        bucket = self._by_caller.get(caller)
-        return 0 if bucket is None else bucket.calls
-
-    def add_call(self, caller: str, model: str | None, usage: TokenUsage | None) -> float | None:
-        """Count one model call (usage may be unknown: the call still counts, tokens do not);
-        returns its cost (None when unknown)."""
+    def add_call(self, caller: str, model: str | None, usage: TokenUsage | None) -> UsageTotals:
+        """Count one model call (usage may be unknown: the call still counts, tokens do not)."""
         usage = usage or TokenUsage()
-        cost = cost_of(usage, model, self.pricing)
-        self._add(caller, model, usage, cost)
-        return cost
+        row = priced(usage, cost_of(usage, model, self.pricing))
+        self._add(caller, model, row)
+        return row
 
     def add_external(self, caller: str, model: str | None, usage: TokenUsage) -> None:
         """Usage reported by someone else (a subagent's end event): one call, priced the same way."""
-        self._add(caller, model, usage, cost_of(usage, model, self.pricing))
+        self._add(caller, model, priced(usage, cost_of(usage, model, self.pricing)))
 
-    def _add(self, caller: str, model: str | None, usage: TokenUsage, cost: float | None) -> None:
-        self._total.add(usage, cost, 1)
-        for buckets, key in ((self._by_caller, caller), (self._by_model, model or "unknown")):
-            bucket = buckets.get(key)
-            if bucket is None:
-                bucket = buckets[key] = _Sum()
-            bucket.add(usage, cost, 1)
+    def _add(self, caller: str, model: str | None, row: UsageTotals) -> None:
+        self.total = self.total + row
+        self.by_caller[caller] = self.by_caller.get(caller, UsageTotals()) + row
+        key = model or "unknown"
+        self.by_model[key] = self.by_model.get(key, UsageTotals()) + row
 
     def row_fields(self) -> dict[str, Any]:
         """The ``RunRow`` fields this tally owns."""
         return {
             "usage": self.total,
-            "usage_by_caller": self.by_caller,
-            "usage_by_model": self.by_model,
+            "usage_by_caller": dict(self.by_caller),
+            "usage_by_model": dict(self.by_model),
             "tool_call_count": self.tool_calls,
             "tool_error_count": self.tool_errors,
             "message_count": self.messages,

@@ -16,7 +16,7 @@ import pytest
 from conftest import backend_url
 
 from run_journal import NewEvent, open_store
-from run_journal.stores.base import CONTRACT_MAJOR, IncompatibleStoreError
+from run_journal.stores.base import CONTRACT_MAJOR, IncompatibleStoreError, StoreClosedError
 from run_journal.stores.sql import SqlRunEventStore
 from run_journal.stores.sql_schema import SCHEMA_VERSION, engine_url
 
@@ -268,13 +268,13 @@ async def test_sqlite_page_reads_replace_a_broken_kept_connection(tmp_path: Path
         await store.put(thread_id="t", run_id="r", event_type="tool.call", category="trace")
         assert len(await store.list_events("t")) == 1
         engine = store._engine.sync_engine
-        await (await store._sqlite_reader()).close()  # the reader's driver connection dies
+        await (await store._reader_conn.driver()).close()  # the reader's driver connection dies
         with pytest.raises(ValueError, match="connection"):  # aiosqlite: no active connection
             await store.list_events("t")
         assert [e.seq for e in await store.list_events("t")] == [1]  # a fresh connection took over
         checked_out = engine.pool.checkedout()  # type: ignore[attr-defined]  # QueuePool method
     assert checked_out <= 2  # the reader and the writer: the broken one went back to nobody
-    with pytest.raises(Exception, match="closed"):
+    with pytest.raises(StoreClosedError):
         await store.list_events("t")
 
 

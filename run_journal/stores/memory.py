@@ -17,7 +17,7 @@ import bisect
 import dataclasses
 import itertools
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Final, NamedTuple
@@ -77,13 +77,6 @@ class _Column:
         return kept
 
 
-def _column_of(columns: dict[str, _Column], run_id: str) -> _Column:
-    column = columns.get(run_id)
-    if column is None:
-        column = columns[run_id] = _Column()
-    return column
-
-
 class _Thread:
     """A thread's events, indexes and its never-decreasing seq counter."""
 
@@ -91,8 +84,8 @@ class _Thread:
         self.last_seq = 0
         self.events = _Column()
         self.messages = _Column()
-        self.run_events: dict[str, _Column] = {}
-        self.run_messages: dict[str, _Column] = {}
+        self.run_events: defaultdict[str, _Column] = defaultdict(_Column)
+        self.run_messages: defaultdict[str, _Column] = defaultdict(_Column)
         self.by_event_id: dict[str, _Record] = {}
         self.first_of_type: dict[tuple[str, str], _Record] = {}
         self.users: Counter[str | None] = Counter()
@@ -102,10 +95,10 @@ class _Thread:
         self.last_seq += 1
         record = _Record(self.last_seq, event)
         self.events.append(record)
-        _column_of(self.run_events, event.run_id).append(record)
+        self.run_events[event.run_id].append(record)
         if event.category == _MESSAGE:
             self.messages.append(record)
-            _column_of(self.run_messages, event.run_id).append(record)
+            self.run_messages[event.run_id].append(record)
         self.by_event_id[event.event_id] = record
         self.first_of_type.setdefault((event.run_id, event.event_type), record)
         self.users[event.user_id] += 1
@@ -157,7 +150,7 @@ class MemoryRunEventStore(RunEventStore):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._threads: dict[str, _Thread] = {}
+        self._threads: defaultdict[str, _Thread] = defaultdict(_Thread)  # [id] on writes, .get on reads
         self._runs: dict[str, _StoredRun] = {}
 
     async def aclose(self) -> None:
@@ -167,19 +160,13 @@ class MemoryRunEventStore(RunEventStore):
                 thread.wake()
 
     # -- writes ----------------------------------------------------------------------------------
-    def _thread_to_write(self, thread_id: str) -> _Thread:
-        thread = self._threads.get(thread_id)
-        if thread is None:
-            thread = self._threads[thread_id] = _Thread()
-        return thread
-
     async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
         with self._lock:
             self._check_open()
             touched: set[str] = set()
             results = []
             for event in batch:
-                thread = self._thread_to_write(event.thread_id)
+                thread = self._threads[event.thread_id]
                 record = thread.by_event_id.get(event.event_id)
                 if record is None:  # a new write: its result may share the writer's payload objects
                     record = thread.add(event)
@@ -194,7 +181,7 @@ class MemoryRunEventStore(RunEventStore):
     async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
         with self._lock:
             self._check_open()
-            thread = self._thread_to_write(event.thread_id)
+            thread = self._threads[event.thread_id]
             existing = thread.by_event_id.get(event.event_id)
             if existing is None:
                 firsts = [
@@ -316,7 +303,7 @@ class MemoryRunEventStore(RunEventStore):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._lock:
-            thread = self._thread_to_write(thread_id)
+            thread = self._threads[thread_id]
             if self._closed or thread.last_seq > after_seq:
                 return
             thread.waiters.append((loop, future))

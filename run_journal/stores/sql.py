@@ -224,19 +224,9 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         return {item.event_id: first + n for n, item in enumerate(fresh)}
 
     async def _in_writer_thread(self, work: Any, *args: Any) -> Any:
-        """``work(sqlite3_connection, *args)`` on the kept writer connection, one writer at a time.
-        A connection that fails (other than on an event_id already stored) is replaced on next use."""
+        """``work(sqlite3_connection, *args)`` on the kept writer connection, one writer at a time."""
         async with self._write_lock():
-            try:
-                return await raw.in_driver_thread(await self._writer_conn.driver(), work, *args)
-            except _DUPLICATE:
-                raise
-            except (sqlite3.Error, ValueError):  # ValueError: aiosqlite's connection is closed
-                await self._writer_conn.discard()
-                raise
-
-    async def _sqlite_reader(self) -> Any:
-        return await self._reader_conn.driver()
+            return await self._writer_conn.run(work, *args)
 
     async def _insert_checked(
         self, thread_id: str, unique: list[NewEvent]

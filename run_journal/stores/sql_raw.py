@@ -175,8 +175,19 @@ class KeptConnection:
                 self._conn, self._driver = conn, driver
         return self._driver
 
-    async def discard(self) -> None:
-        """Drop the connection after an error; the next use opens a fresh one."""
+    async def run(self, work: Any, *args: Any) -> Any:
+        """``work(sqlite3_connection, *args)`` in the driver's thread. A connection that fails (other
+        than on a constraint, such as an event_id already stored) is dropped; the next use opens a
+        fresh one."""
+        try:
+            return await in_driver_thread(await self.driver(), work, *args)
+        except sqlite3.IntegrityError:
+            raise
+        except (sqlite3.Error, ValueError):  # ValueError: aiosqlite's connection is closed
+            await self._discard()
+            raise
+
+    async def _discard(self) -> None:
         conn, self._conn, self._driver = self._conn, None, None
         if conn is not None:
             with contextlib.suppress(Exception):  # it is being thrown away because it failed

@@ -7,7 +7,6 @@ The latest page is ``ORDER BY seq DESC LIMIT n`` reversed, so its cost does not 
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -43,22 +42,13 @@ class SqlReads:
 
     _reader_conn: raw.KeptConnection
 
-    async def _sqlite_reader(self) -> Any:
-        raise NotImplementedError
-
     # -- reads -----------------------------------------------------------------------------------
     async def _fetch(self, where: raw.Where, *, descending: bool, limit: int) -> list[RunEvent]:
         """One indexed page query; SQLite through the driver connection (one hand-off)."""
         sql, params = where.select(self._events_sql, descending=descending, limit=limit)
         await self._ready()
         if self.dialect == "sqlite":
-            try:
-                page: list[RunEvent] = await raw.in_driver_thread(
-                    await self._sqlite_reader(), raw.fetch_events, sql, params
-                )
-            except (sqlite3.Error, ValueError):  # ValueError: aiosqlite's connection is closed
-                await self._reader_conn.discard()  # a broken connection is not kept
-                raise
+            page: list[RunEvent] = await self._reader_conn.run(raw.fetch_events, sql, params)
             return page
         async with self._reader.connect() as conn:
             rows = (await conn.execute(text(sql), params)).all()
