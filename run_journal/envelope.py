@@ -127,45 +127,63 @@ class NewEvent(_Frozen):
     ) -> None:
         validate_id("thread_id", thread_id)
         validate_id("run_id", run_id)
-        event_id = new_event_id() if event_id is None else validate_id("event_id", event_id)
+        if event_id is not None:
+            validate_id("event_id", event_id)
         if user_id is not None:
             validate_id("user_id", user_id)
         validate_event_type(event_type, category)
-        if metadata is None or metadata == {}:
-            metadata_json, metadata_value = "{}", {}
-        elif isinstance(metadata, Mapping):
-            metadata_json, metadata_value = encode(metadata), _UNDECODED
+        self._fill(thread_id, run_id, event_type, category, content, metadata,
+                   utc_now() if created_at is None else as_utc(created_at), event_id, user_id)
+
+    @classmethod
+    def _checked_by_producer(
+        cls, thread_id: str, run_id: str, event_type: str, category: str, content: Any,
+        metadata: Mapping[str, Any] | None, created_at: datetime, user_id: str | None,
+    ) -> NewEvent:
+        """For a producer that validated its ids once and takes ``category`` from the catalog (the
+        journal): the payload rules, caps and encoding still apply; the per-event checks do not."""
+        event: NewEvent = _new_record(cls)
+        event._fill(thread_id, run_id, event_type, category, content, metadata, created_at, None, user_id)
+        return event
+
+    def _fill(
+        self, thread_id: str, run_id: str, event_type: str, category: str, content: Any,
+        metadata: Mapping[str, Any] | None, created_at: datetime, event_id: str | None,
+        user_id: str | None,
+    ) -> None:
+        if metadata is None:
+            metadata_json = "{}"
+        elif type(metadata) is dict or isinstance(metadata, Mapping):
+            metadata_json = encode(metadata) if metadata else "{}"
         else:
             raise ValueError(f"metadata must be a mapping, got {type(metadata).__name__}")
-        if type(content) is Normalized:  # a payload its producer normalized and encoded already
-            content_json, content_value = content.text, content.value
-        else:
-            content_json, content_value = encode(content), _UNDECODED
+        # a payload its producer normalized and encoded already is written as is
+        content_json = content.text if type(content) is Normalized else encode(content)
         limit = CONTENT_LIMITS[category]  # type: ignore[index]  # a validated category name
         if len(content_json) > limit // 4 and len(content_json.encode("utf-8")) > limit:
             content_value, content_json, metadata_value = cap_content(
                 loads(content_json), content_json, loads(metadata_json), limit
             )
             metadata_json = dumps(metadata_value)
+            _SET_CONTENT(self, content_value)
+            _SET_METADATA(self, metadata_value)
         if len(metadata_json) > METADATA_LIMIT // 4 and len(metadata_json.encode()) > METADATA_LIMIT:
             raise ValueError(
                 f"metadata of {event_type!r} is larger than {METADATA_LIMIT} bytes; "
                 "keep large payloads in content"
             )
-        slot = _NEW_EVENT_SLOT
-        slot["thread_id"](self, thread_id)
-        slot["run_id"](self, run_id)
-        slot["event_type"](self, event_type)
-        slot["category"](self, category)
-        slot["created_at"](self, utc_now() if created_at is None else as_utc(created_at))
-        slot["event_id"](self, event_id)
-        slot["user_id"](self, user_id)
-        slot["content_json"](self, content_json)
-        slot["metadata_json"](self, metadata_json)
-        slot["_content"](self, content_value)
-        slot["_metadata"](self, metadata_value)
+        # ``_content`` / ``_metadata`` stay unset (undecoded) unless the cut above decoded them
+        _SET_THREAD_ID(self, thread_id)
+        _SET_RUN_ID(self, run_id)
+        _SET_EVENT_TYPE(self, event_type)
+        _SET_CATEGORY(self, category)
+        _SET_CREATED_AT(self, created_at)
+        _SET_EVENT_ID(self, new_event_id() if event_id is None else event_id)
+        _SET_USER_ID(self, user_id)
+        _SET_CONTENT_JSON(self, content_json)
+        _SET_METADATA_JSON(self, metadata_json)
         task_id = None if '"task_id"' not in metadata_json else self.metadata.get("task_id")
-        slot["task_id"](self, task_id if isinstance(task_id, str) else None)
+        _SET_TASK_ID(self, task_id if isinstance(task_id, str) else None)
 
     @property
     def content(self) -> JsonValue:
@@ -349,10 +367,12 @@ class RunEvent(_Frozen):
             event.content_json, event.metadata_json, event.created_at, event.event_id, event.user_id,
         ))
         if not copy:
-            if event._content is not _UNDECODED:
-                _CONTENT(record, event._content)
-            if event._metadata is not _UNDECODED:
-                _METADATA(record, event._metadata)
+            content = getattr(event, "_content", _UNDECODED)
+            if content is not _UNDECODED:
+                _CONTENT(record, content)
+            metadata = getattr(event, "_metadata", _UNDECODED)
+            if metadata is not _UNDECODED:
+                _METADATA(record, metadata)
         return record
 
     def as_new_event(self) -> NewEvent:
@@ -376,4 +396,7 @@ def _slot_setter(name: str) -> Any:
 
 # Events and records are built by setting their slots directly (``__setattr__`` refuses: records are frozen).
 _ROW, _CONTENT, _METADATA, _CREATED_AT = map(_slot_setter, ("_row", "_content", "_metadata", "_created_at"))
-_NEW_EVENT_SLOT: Final = {name: NewEvent.__dict__[name].__set__ for name in NewEvent.__slots__}
+(
+    _SET_CONTENT, _SET_METADATA, _SET_CATEGORY, _SET_CONTENT_JSON, _SET_CREATED_AT, _SET_EVENT_ID,
+    _SET_EVENT_TYPE, _SET_METADATA_JSON, _SET_RUN_ID, _SET_TASK_ID, _SET_THREAD_ID, _SET_USER_ID,
+) = (NewEvent.__dict__[name].__set__ for name in NewEvent.__slots__)

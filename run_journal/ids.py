@@ -54,7 +54,8 @@ def as_utc(moment: datetime) -> datetime:
 
 
 def new_event_id() -> str:
-    """128 random bits as 32 hex digits (what ``uuid4().hex`` gives, without building a UUID)."""
+    """128 random bits as 32 hex digits (what ``uuid4().hex`` gives, without building a UUID); the
+    journal's generated run and thread ids too."""
     return os.urandom(16).hex()
 
 

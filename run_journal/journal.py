@@ -28,7 +28,7 @@ from run_journal.catalog import (
     category_of,
     middleware_event_type,
 )
-from run_journal.envelope import NewEvent, Normalized, sha256_hex, validate_id
+from run_journal.envelope import NewEvent, Normalized, new_event_id, sha256_hex, validate_id
 from run_journal.journal_core import JournalCore
 from run_journal.journal_state import RunState, ToolRun
 from run_journal.redact import Redactor, resolve_redactor
@@ -48,12 +48,13 @@ def _guarded(method: Callable[P, None]) -> Callable[P, None]:
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
         journal: RunJournal = args[0]  # type: ignore[assignment]  # first argument is self
+        writer = journal._writer
         try:
             method(*args, **kwargs)
         except Exception:  # a journaling bug must not become the user's exception
-            journal._writer.callback_errors += 1
+            writer.callback_errors += 1
             logger.exception("run-journal: %s failed", method.__name__)
-        if journal._writer.throttle():
+        if writer.throttle():
             journal._await_room()
 
     return wrapper
@@ -105,7 +106,7 @@ class RunJournal(JournalCore, BaseCallbackHandler):
     ) -> None:
         super().__init__()
         self.thread_id = validate_id("thread_id", thread_id) if thread_id is not None else None
-        self.run_id = validate_id("run_id", run_id) if run_id is not None else uuid.uuid4().hex
+        self.run_id = validate_id("run_id", run_id) if run_id is not None else new_event_id()
         self.user_id = validate_id("user_id", user_id) if user_id is not None else None
         self.resumed_from = validate_id("resumed_from", resumed_from) if resumed_from else None
         self._redact = resolve_redactor(redact)
@@ -295,8 +296,9 @@ class RunJournal(JournalCore, BaseCallbackHandler):
                 self._end_root(outputs)
             elif state.started and not state.ended:
                 state.chain_names.pop(run_id, None)
-                for message in p.tool_messages(outputs):
-                    if message.tool_call_id in state.answerable():
+                answerable = state.answerable()
+                for message in p.tool_messages(outputs) if answerable else ():
+                    if message.tool_call_id in answerable:  # _tool_result skips a repeated id
                         self._tool_result(message, state.caller_of_call(message.tool_call_id), None)
 
     @_guarded

@@ -23,7 +23,7 @@ from langgraph.errors import GraphBubbleUp
 
 from run_journal import journal_payloads as p
 from run_journal.catalog import category_of
-from run_journal.envelope import NewEvent, Normalized, utc_now, validate_id
+from run_journal.envelope import NewEvent, Normalized, new_event_id, utc_now, validate_id
 from run_journal.journal_state import LlmCall, RunState, ToolRun
 from run_journal.redact import Redactor
 from run_journal.runs import RunRow, RunStatus
@@ -59,9 +59,14 @@ class JournalCore:
 
     def _event(self, event_type: str, content: Any, metadata: Mapping[str, Any],
                category: str | None = None, *, created_at: datetime | None = None) -> NewEvent:
+        if category is None:  # the journal's own event types: ids were checked when they were set
+            return NewEvent._checked_by_producer(
+                self.thread_id or "pending", self.run_id, event_type, category_of(event_type), content,
+                metadata, created_at or utc_now(), self.user_id,
+            )
         return NewEvent(
             thread_id=self.thread_id or "pending", run_id=self.run_id, event_type=event_type,
-            category=category or category_of(event_type), content=content, metadata=metadata,
+            category=category, content=content, metadata=metadata,
             created_at=created_at or utc_now(), user_id=self.user_id,
         )
 
@@ -92,7 +97,7 @@ class JournalCore:
             try:
                 self.thread_id = validate_id("thread_id", candidate)
             except ValueError:
-                self.thread_id = uuid.uuid4().hex
+                self.thread_id = new_event_id()
         state.root, state.started_at, state.status = root, utc_now(), RunStatus.RUNNING
         state.started_mono = time.monotonic()
         state.caller = p.caller_of(tags)
@@ -229,7 +234,7 @@ class JournalCore:
             for call_id, (name, caller) in list(self._state.open_calls.items()):
                 self._outcome(call_id, name, caller, "missing", None)
 
-    def _terminal(self, event_type: str, status: RunStatus, content: dict[str, Any],
+    def _terminal(self, event_type: str, status: RunStatus, content: Any,
                   error: str | None = None) -> None:
         state = self._state
         self._close_open_work(missing=status != RunStatus.INTERRUPTED)
@@ -251,10 +256,7 @@ class JournalCore:
         produced, truncated, keys = p.produced_messages(
             output, state.baseline, self._redact, self._message_payload
         )
-        content: dict[str, Any] = {"output": produced, "output_truncated": truncated}
-        if keys is not None:
-            content["state_keys"] = keys
-        self._terminal("run.end", RunStatus.SUCCESS, content)
+        self._terminal("run.end", RunStatus.SUCCESS, p.end_content(produced, truncated, keys))
 
     def _fail_root(self, error: BaseException) -> None:
         state = self._state

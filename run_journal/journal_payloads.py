@@ -55,6 +55,8 @@ METADATA_PREVIEW_LIMIT: Final = 16 * 1024
 
 def bounded(value: Any, limit: int = METADATA_PREVIEW_LIMIT) -> JsonValue:
     """``value`` normalized, or, when its JSON is over ``limit`` bytes, a digest that says so."""
+    if not value and isinstance(value, Mapping):
+        return {}
     text, data = encode_value(value)
     if len(text) <= limit // 4 or len(text.encode("utf-8")) <= limit:
         return data
@@ -137,8 +139,7 @@ def message_payload(message: BaseMessage, redact: Redactor) -> Normalized:
     if isinstance(extra, dict) and isinstance(extra.get("tool_calls"), list):
         calls = [_redact_raw_call(call, redact) for call in extra["tool_calls"]]
         dumped["additional_kwargs"] = {**extra, "tool_calls": calls}
-    text, data = encode_value(dumped)
-    return Normalized(data, text)
+    return Normalized.from_text(encode(dumped))
 
 
 def _redact_call(call: Any, redact: Redactor) -> Any:
@@ -226,6 +227,23 @@ def interrupt_payload(interrupts: Iterable[Any]) -> list[JsonValue]:
         {"id": getattr(item, "id", None), "value": normalize(getattr(item, "value", item))}
         for item in interrupts
     ]
+
+
+def end_content(produced: Any, truncated: bool, keys: list[str] | None) -> Any:
+    """``run.end`` content: ``{"output", "output_truncated", "state_keys"?}``. Messages the run
+    already wrote are spliced in as the JSON text of their payloads instead of being encoded again."""
+    messages = produced.get("messages") if type(produced) is dict and len(produced) == 1 else None
+    if not isinstance(messages, list) or any(type(item) is not Normalized for item in messages):
+        content: JsonObject = {"output": produced, "output_truncated": truncated}
+        if keys is not None:
+            content["state_keys"] = keys  # type: ignore[assignment]  # a list of str is JSON
+        return content
+    parts = ['{"output":{"messages":[', ",".join(item.text for item in messages), ']},"output_truncated":',
+             "true" if truncated else "false"]
+    if keys is not None:
+        parts += [',"state_keys":', encode(keys)]
+    parts.append("}")
+    return Normalized.from_text("".join(parts))
 
 
 def produced_messages(

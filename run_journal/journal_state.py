@@ -71,7 +71,9 @@ class RunState:
 
     def answerable(self) -> set[str]:
         """Tool call ids this run may still write a ``llm.tool.result`` for."""
-        return (set(self.open_calls) | self.errored_calls | self.seen_calls) - self.results_done
+        if not (self.open_calls or self.errored_calls or self.seen_calls):
+            return set()
+        return (self.open_calls.keys() | self.errored_calls | self.seen_calls) - self.results_done
 
     def caller_of_call(self, call_id: str) -> str:
         entry = self.open_calls.get(call_id)

@@ -39,21 +39,39 @@ class Normalized:
     """A value a producer already passed through :func:`normalize`; normalizing it again is a no-op.
 
     Producers that put the same payload in two events (a model's message in ``llm.ai.response`` and
-    again in ``run.end``) wrap the first result instead of paying for the walk twice.
+    again in ``run.end``) wrap the first result instead of paying for the walk twice. Built from its
+    JSON text (:meth:`from_text`), it decodes the value only if someone asks: an event that carries
+    it writes the text as is, and ``run.end`` splices the texts of the messages it repeats.
     """
 
-    __slots__ = ("_text", "value")
+    __slots__ = ("_text", "_value")
 
     def __init__(self, value: JsonValue, text: str | None = None) -> None:
-        self.value = value
+        self._value = value
         self._text = text
+
+    @classmethod
+    def from_text(cls, text: str) -> Normalized:
+        """The payload whose canonical JSON is ``text`` (as :func:`encode` wrote it)."""
+        payload = cls(None, text)
+        payload._value = _UNDECODED_VALUE
+        return payload
+
+    @property
+    def value(self) -> JsonValue:
+        if self._value is _UNDECODED_VALUE:
+            self._value = loads(self._text)  # type: ignore[arg-type]  # from_text always sets it
+        return self._value
 
     @property
     def text(self) -> str:
         """``dumps(value)``, computed once (an event whose content is this value writes it as is)."""
         if self._text is None:
-            self._text = dumps(self.value)
+            self._text = dumps(self._value)
         return self._text
+
+
+_UNDECODED_VALUE: Final[Any] = object()
 
 
 def normalize(value: Any) -> JsonValue:

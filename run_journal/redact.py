@@ -44,7 +44,10 @@ def redact_secrets(value: Any, _depth: int = 0) -> Any:
     """A copy of ``value`` with the values of secret-named keys replaced by ``"[redacted]"``."""
     if _depth > 32:
         return value
-    if isinstance(value, Mapping):
+    kind = type(value)
+    if kind is str or kind is int or value is None:  # the common leaves, without the ABC check
+        return value
+    if kind is dict or isinstance(value, Mapping):
         return {
             key: REDACTED if is_secret_key(key) else redact_secrets(item, _depth + 1)
             for key, item in value.items()

@@ -14,7 +14,7 @@ shape reports cache tokens *outside* ``input_tokens``, so they are added in when
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from langchain_core.outputs import ChatGeneration, LLMResult
@@ -217,17 +217,22 @@ def cap_text(text: str | None, limit: int = TEXT_CAP) -> str | None:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+_NO_USAGE: Final = TokenUsage()
+_UNPRICED_CALL: Final = UsageTotals(llm_calls=1)
+"""A call that reported no usage, of a model without a price."""
+
+
 @dataclasses.dataclass(slots=True)
 class RunTally:
     """What a run's row adds up: usage per caller and per model, counts, first and last messages.
 
-    Mutated under the journal's lock; each update is a handful of additions (cheap on the hot path).
+    Mutated under the journal's lock. A call adds into one (caller, model) group; the run's total and
+    its per-caller and per-model totals are folded from the few groups when a row asks for them, so
+    a model call costs one addition (none for a group's first call), not three.
     """
 
     pricing: Pricing | None = None
-    total: UsageTotals = dataclasses.field(default_factory=UsageTotals)
-    by_caller: dict[str, UsageTotals] = dataclasses.field(default_factory=dict)
-    by_model: dict[str, UsageTotals] = dataclasses.field(default_factory=dict)
+    groups: dict[tuple[str, str], UsageTotals] = dataclasses.field(default_factory=dict)
     tool_calls: int = 0
     tool_errors: int = 0
     messages: int = 0
@@ -236,8 +241,8 @@ class RunTally:
 
     def add_call(self, caller: str, model: str | None, usage: TokenUsage | None) -> UsageTotals:
         """Count one model call (usage may be unknown: the call still counts, tokens do not)."""
-        usage = usage or TokenUsage()
-        row = priced(usage, cost_of(usage, model, self.pricing))
+        cost = cost_of(usage or _NO_USAGE, model, self.pricing)
+        row = _UNPRICED_CALL if usage is None and cost is None else priced(usage or _NO_USAGE, cost)
         self._add(caller, model, row)
         return row
 
@@ -246,20 +251,47 @@ class RunTally:
         self._add(caller, model, priced(usage, cost_of(usage, model, self.pricing)))
 
     def _add(self, caller: str, model: str | None, row: UsageTotals) -> None:
-        self.total = self.total + row
-        self.by_caller[caller] = self.by_caller.get(caller, UsageTotals()) + row
-        key = model or "unknown"
-        self.by_model[key] = self.by_model.get(key, UsageTotals()) + row
+        key = (caller, model or "unknown")
+        seen = self.groups.get(key)
+        self.groups[key] = row if seen is None else seen + row
+
+    @property
+    def total(self) -> UsageTotals:
+        return _fold(self.groups.values())
+
+    @property
+    def by_caller(self) -> dict[str, UsageTotals]:
+        return self._by(0)
+
+    @property
+    def by_model(self) -> dict[str, UsageTotals]:
+        return self._by(1)
+
+    def _by(self, part: int) -> dict[str, UsageTotals]:
+        buckets: dict[str, list[UsageTotals]] = {}
+        for key, totals in self.groups.items():
+            buckets.setdefault(key[part], []).append(totals)
+        return {name: _fold(parts) for name, parts in buckets.items()}
 
     def row_fields(self) -> dict[str, Any]:
         """The ``RunRow`` fields this tally owns."""
         return {
             "usage": self.total,
-            "usage_by_caller": dict(self.by_caller),
-            "usage_by_model": dict(self.by_model),
+            "usage_by_caller": self.by_caller,
+            "usage_by_model": self.by_model,
             "tool_call_count": self.tool_calls,
             "tool_error_count": self.tool_errors,
             "message_count": self.messages,
             "first_human_message": self.first_human,
             "last_ai_message": self.last_ai,
         }
+
+
+def _fold(parts: Iterable[UsageTotals]) -> UsageTotals:
+    total: UsageTotals | None = None
+    for part in parts:
+        total = part if total is None else total + part
+    return total if total is not None else _NOTHING
+
+
+_NOTHING: Final = UsageTotals()

@@ -79,6 +79,11 @@ async def test_a_reconciler_racing_the_terminal_write_leaves_one_terminal_event(
                 await self.race()
             return await super().put_event_if_absent(event, **options)
 
+        async def put_run_close(self, events: Any, terminal: Any, row: Any) -> Any:
+            if terminal.event_type == "run.end":
+                await self.race()
+            return await super().put_run_close(events, terminal, row)
+
     store = Racy()
     journal = RunJournal(store, thread_id="race", flush_interval=0)
 

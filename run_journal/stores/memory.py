@@ -16,22 +16,25 @@ import asyncio
 import bisect
 import dataclasses
 import itertools
+import operator
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Final, NamedTuple
 
-from run_journal.catalog import Category
+from run_journal.catalog import TERMINAL_RUN_EVENTS, Category
 from run_journal.envelope import NewEvent, RunEvent, dumps, loads, utc_now, validate_id
 from run_journal.runs import RunRow, may_replace
 from run_journal.stores.base import (
     RunEventStore,
+    as_new_event,
     check_after_thread,
     check_cursor,
     check_limit,
     check_statuses,
     check_user_id,
+    exclusive_set,
     expand_event_types,
 )
 
@@ -49,32 +52,27 @@ class _Record(NamedTuple):
 
 
 class _Column:
-    """Records ordered by seq with a parallel list of seqs for ``bisect``."""
+    """Records in seq order (``bisect`` finds a cursor by each record's seq)."""
 
-    __slots__ = ("records", "seqs")
+    __slots__ = ("records",)
 
-    def __init__(self) -> None:
-        self.records: list[_Record] = []
-        self.seqs: list[int] = []
-
-    def append(self, record: _Record) -> None:
-        self.records.append(record)
-        self.seqs.append(record.seq)
+    def __init__(self, records: list[_Record] | None = None) -> None:
+        self.records: list[_Record] = records if records is not None else []
 
     def forward(self, after_seq: int) -> Iterator[_Record]:
-        start = bisect.bisect_right(self.seqs, after_seq)
+        start = bisect.bisect_right(self.records, after_seq, key=_SEQ)
         return itertools.islice(self.records, start, None)
 
     def backward(self, before_seq: int | None) -> Iterator[_Record]:
-        stop = len(self.seqs) if before_seq is None else bisect.bisect_left(self.seqs, before_seq)
-        return (self.records[i] for i in range(stop - 1, -1, -1))
+        records = self.records
+        stop = len(records) if before_seq is None else bisect.bisect_left(records, before_seq, key=_SEQ)
+        return (records[i] for i in range(stop - 1, -1, -1))
 
     def without_run(self, run_id: str) -> _Column:
-        kept = _Column()
-        for record in self.records:
-            if record.event.run_id != run_id:
-                kept.append(record)
-        return kept
+        return _Column([record for record in self.records if record.event.run_id != run_id])
+
+
+_SEQ: Final = operator.itemgetter(0)
 
 
 class _Thread:
@@ -92,15 +90,16 @@ class _Thread:
         self.waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def add(self, event: NewEvent) -> _Record:
-        self.last_seq += 1
-        record = _Record(self.last_seq, event)
-        self.events.append(record)
-        self.run_events[event.run_id].append(record)
+        self.last_seq = seq = self.last_seq + 1
+        record = _Record(seq, event)
+        run_id = event.run_id
+        self.events.records.append(record)
+        self.run_events[run_id].records.append(record)
         if event.category == _MESSAGE:
-            self.messages.append(record)
-            self.run_messages[event.run_id].append(record)
+            self.messages.records.append(record)
+            self.run_messages[run_id].records.append(record)
         self.by_event_id[event.event_id] = record
-        self.first_of_type.setdefault((event.run_id, event.event_type), record)
+        self.first_of_type.setdefault((run_id, event.event_type), record)
         self.users[event.user_id] += 1
         return record
 
@@ -163,36 +162,59 @@ class MemoryRunEventStore(RunEventStore):
     async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
         with self._lock:
             self._check_open()
-            touched: set[str] = set()
-            results = []
-            for event in batch:
-                thread = self._threads[event.thread_id]
-                record = thread.by_event_id.get(event.event_id)
-                if record is None:  # a new write: its result may share the writer's payload objects
-                    record = thread.add(event)
-                    touched.add(event.thread_id)
-                    results.append(RunEvent.stored(event, record.seq))
-                else:
-                    results.append(record.to_event())
-            for thread_id in touched:
-                self._threads[thread_id].wake()
-        return results
+            return self._append_locked(batch)
 
     async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
         with self._lock:
             self._check_open()
+            return self._put_if_absent_locked(event, types)
+
+    async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
+        """One locked step: no reader sees the run's last events without its end and row."""
+        batch = [as_new_event(item) for item in events]
+        types = exclusive_set(terminal.event_type, TERMINAL_RUN_EVENTS)
+        row_json = dumps(row.to_dict())
+        with self._lock:
+            self._check_open()
+            self._check_run_owner(row)
+            if batch:
+                self._append_locked(batch, results=False)
+            stored, _ = self._put_if_absent_locked(terminal, types)
+            if stored.event_id != terminal.event_id:
+                return False
+            self._put_run_locked(row, row_json)
+        return True
+
+    def _append_locked(self, batch: Sequence[NewEvent], *, results: bool = True) -> list[RunEvent]:
+        touched: set[str] = set()
+        written = []
+        for event in batch:
             thread = self._threads[event.thread_id]
-            existing = thread.by_event_id.get(event.event_id)
-            if existing is None:
-                firsts = [
-                    record for name in types
-                    if (record := thread.first_of_type.get((event.run_id, name))) is not None
-                ]
-                existing = min(firsts, key=lambda record: record.seq, default=None)
-            if existing is not None:
-                return existing.to_event(), False
-            record = thread.add(event)
-            thread.wake()
+            record = thread.by_event_id.get(event.event_id)
+            if record is None:  # a new write: its result may share the writer's payload objects
+                record = thread.add(event)
+                touched.add(event.thread_id)
+                if results:
+                    written.append(RunEvent.stored(event, record.seq))
+            elif results:
+                written.append(record.to_event())
+        for thread_id in touched:
+            self._threads[thread_id].wake()
+        return written
+
+    def _put_if_absent_locked(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
+        thread = self._threads[event.thread_id]
+        existing = thread.by_event_id.get(event.event_id)
+        if existing is None:
+            firsts = [
+                record for name in types
+                if (record := thread.first_of_type.get((event.run_id, name))) is not None
+            ]
+            existing = min(firsts, key=lambda record: record.seq, default=None)
+        if existing is not None:
+            return existing.to_event(), False
+        record = thread.add(event)
+        thread.wake()
         return record.to_event(), True
 
     # -- reads -----------------------------------------------------------------------------------
@@ -314,16 +336,25 @@ class MemoryRunEventStore(RunEventStore):
         self._check_open()
         row_json = dumps(row.to_dict())
         with self._lock:
-            stored = self._runs.get(row.run_id)
-            if stored is not None and (owner := stored.thread_id) != row.thread_id:
-                raise ValueError(f"run {row.run_id!r} belongs to thread {owner!r}, not {row.thread_id!r}")
-            if stored is not None and not may_replace(stored.status, row.status):
-                return stored.row()
-            first_put_at = stored.first_put_at if stored else utc_now()
-            self._runs[row.run_id] = _StoredRun(
-                row_json, first_put_at, row.thread_id, row.status, row.run_id, row.started_at
-            )
-        return row  # the caller's frozen row is what was stored (RunRow normalizes its metadata)
+            self._check_run_owner(row)
+            stored = self._put_run_locked(row, row_json)
+        return row if stored is None else stored.row()  # the caller's frozen row is what was stored
+
+    def _check_run_owner(self, row: RunRow) -> None:
+        stored = self._runs.get(row.run_id)
+        if stored is not None and (owner := stored.thread_id) != row.thread_id:
+            raise ValueError(f"run {row.run_id!r} belongs to thread {owner!r}, not {row.thread_id!r}")
+
+    def _put_run_locked(self, row: RunRow, row_json: str) -> _StoredRun | None:
+        """Store ``row`` unless it would reopen a finished run (then: the stored run, kept)."""
+        stored = self._runs.get(row.run_id)
+        if stored is not None and not may_replace(stored.status, row.status):
+            return stored
+        first_put_at = stored.first_put_at if stored else utc_now()
+        self._runs[row.run_id] = _StoredRun(
+            row_json, first_put_at, row.thread_id, row.status, row.run_id, row.started_at
+        )
+        return None
 
     async def get_run(self, run_id: str) -> RunRow | None:
         validate_id("run_id", run_id)

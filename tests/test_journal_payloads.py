@@ -1,0 +1,107 @@
+"""The journal's payload shortcuts give exactly what the plain path gives (they only skip work)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from run_journal import journal_payloads as p
+from run_journal.envelope import NewEvent, Normalized
+from run_journal.normalization import encode
+from run_journal.redact import redact_secrets
+from run_journal.runs import UsageTotals
+from run_journal.usage import RunTally, TokenUsage
+
+_text = st.text(max_size=40)  # any code point, lone surrogates included
+
+
+@st.composite
+def _messages(draw: Any) -> list[Any]:
+    found: list[Any] = []
+    for index in range(draw(st.integers(0, 4))):
+        kind = draw(st.sampled_from(["human", "ai", "tool"]))
+        if kind == "human":
+            found.append(HumanMessage(draw(_text), id=f"h{index}"))
+        elif kind == "ai":
+            args = draw(st.dictionaries(st.sampled_from(["q", "api_key", "n"]), _text, max_size=3))
+            calls = [{"name": "lookup", "args": args, "id": f"c{index}"}] if draw(st.booleans()) else []
+            found.append(AIMessage(draw(_text), tool_calls=calls, id=f"a{index}"))
+        else:
+            found.append(ToolMessage(draw(_text), tool_call_id=f"c{index}", name="lookup"))
+    return found
+
+
+@settings(max_examples=150, deadline=None)
+@given(_messages(), st.booleans(), st.one_of(st.none(), st.lists(_text, max_size=3)))
+def test_run_end_content_splices_the_payload_texts_it_repeats(
+    messages: list[Any], truncated: bool, keys: list[str] | None
+) -> None:
+    payloads = [p.message_payload(message, redact_secrets) for message in messages]
+    spliced = p.end_content({"messages": payloads}, truncated, keys)
+    plain: dict[str, Any] = {"output": {"messages": [payload.value for payload in payloads]},
+                             "output_truncated": truncated}
+    if keys is not None:
+        plain["state_keys"] = keys
+    assert isinstance(spliced, Normalized)
+    assert spliced.text == encode(plain)
+    assert spliced.value == json.loads(encode(plain))
+
+
+def test_run_end_content_keeps_items_that_are_not_payloads_in_the_plain_form() -> None:
+    produced = {"messages": [p.message_payload(HumanMessage("hi"), redact_secrets), {"raw": 1}]}
+    content = p.end_content(produced, False, ["messages"])
+    assert content == {"output": produced, "output_truncated": False, "state_keys": ["messages"]}
+    event = NewEvent(thread_id="t", run_id="r", event_type="run.end", category="outputs",
+                     content=content)
+    assert event.content["output"]["messages"][1] == {"raw": 1}
+
+
+def test_a_payload_built_from_its_text_decodes_only_when_asked() -> None:
+    payload = Normalized.from_text('{"a":[1,"é"]}')
+    assert payload.text == '{"a":[1,"é"]}'
+    assert payload._value is not None  # still the undecoded marker
+    assert payload.value == {"a": [1, "é"]}
+    assert payload.value is payload.value  # decoded once
+    event = NewEvent(thread_id="t", run_id="r", event_type="llm.ai.response", category="message",
+                     content=payload)
+    assert event.content_json == payload.text
+    assert event.content == payload.value
+    assert event.content is not payload.value
+
+
+def test_a_message_payload_is_the_redacted_compact_dump() -> None:
+    message = AIMessage("x", tool_calls=[{"name": "f", "args": {"password": "hunter2", "q": 1}, "id": "c"}])
+    payload = p.message_payload(message, redact_secrets)
+    dumped = message.model_dump(exclude_defaults=True)
+    assert payload.value["content"] == "x"
+    assert payload.value["type"] == "ai"
+    assert payload.value["tool_calls"][0]["args"] == {"password": "[redacted]", "q": 1}
+    assert set(payload.value) == set(dumped) | {"type"}
+
+
+@pytest.mark.parametrize("pricing", [None, {"m1": {"input": 1.0, "output": 2.0}}])
+def test_the_tally_folds_its_groups_into_the_same_totals_as_adding_every_call(pricing: Any) -> None:
+    tally = RunTally(pricing=pricing)
+    calls = [
+        ("lead_agent", "m1", TokenUsage(10, 5, 15, 2, 0, 1)),
+        ("subagent:a", "m1", None),
+        ("lead_agent", "m2", TokenUsage(1, 1, 2)),
+        ("lead_agent", "m1", TokenUsage(3, 4, 7, 0, 1, 0)),
+        ("middleware:s", None, TokenUsage(2, 2, 4)),
+    ]
+    rows = [tally.add_call(caller, model, usage) for caller, model, usage in calls]
+    expected_total, by_caller, by_model = UsageTotals(), {}, {}
+    for (caller, model, _), row in zip(calls, rows, strict=True):
+        expected_total = expected_total + row
+        by_caller[caller] = by_caller.get(caller, UsageTotals()) + row
+        by_model[model or "unknown"] = by_model.get(model or "unknown", UsageTotals()) + row
+    assert tally.total == expected_total
+    assert tally.by_caller == by_caller
+    assert tally.by_model == by_model
+    assert tally.total.llm_calls == 5
+    assert RunTally().total == UsageTotals()
