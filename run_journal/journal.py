@@ -54,7 +54,7 @@ def _guarded(method: Callable[P, None]) -> Callable[P, None]:
         except Exception:  # a journaling bug must not become the user's exception
             writer.callback_errors += 1
             logger.exception("run-journal: %s failed", method.__name__)
-        if writer.throttle():
+        if writer.backlogged and writer.throttle():
             journal._await_room()
 
     return wrapper

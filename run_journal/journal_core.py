@@ -22,7 +22,7 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from langgraph.errors import GraphBubbleUp
 
 from run_journal import journal_payloads as p
-from run_journal.catalog import category_of
+from run_journal.catalog import EVENTS
 from run_journal.envelope import NewEvent, Normalized, new_event_id, utc_now, validate_id
 from run_journal.journal_state import LlmCall, RunState, ToolRun
 from run_journal.redact import Redactor
@@ -61,7 +61,7 @@ class JournalCore:
                category: str | None = None, *, created_at: datetime | None = None) -> NewEvent:
         if category is None:  # the journal's own event types: ids were checked when they were set
             return NewEvent._checked_by_producer(
-                self.thread_id or "pending", self.run_id, event_type, category_of(event_type), content,
+                self.thread_id or "pending", self.run_id, event_type, EVENTS[event_type].category, content,
                 metadata, created_at or utc_now(), self.user_id,
             )
         return NewEvent(

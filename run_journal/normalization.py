@@ -258,7 +258,9 @@ def encode(value: Any) -> str:
     if sys.getrecursionlimit() <= _SAFE_RECURSION:
         try:
             text = "".join(_ENCODE_ANY(value, 0))
-            if _LONG_NUMBER not in text.encode("utf-8").translate(_DIGITS_ONLY) and _shallow(text):
+            if _LONG_NUMBER not in text.encode("utf-8").translate(_DIGITS_ONLY) and (
+                text.count("[") + text.count("{") < MAX_DEPTH or _shallow(text)
+            ):
                 return text
         except (TypeError, ValueError, RecursionError):  # UnicodeEncodeError: a lone surrogate
             pass

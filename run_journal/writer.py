@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import threading
 import time
@@ -99,9 +100,17 @@ class EventWriter(WriterFlush):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._thread: threading.Thread | None = None
-        self._task: asyncio.Future[None] | None = None
-        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None  # the drain task in progress, if any
+        self._draining = False  # a drain runs (in that task, or in a flush on the writer's loop)
+        self._wakeup: asyncio.Handle | None = None  # the batch timer, or a drain due at once
+        self._crash: BaseException | None = None
+        self._finished = False
         self._room_event = asyncio.Event()
+        self._waiting_threads = 0  # producers blocked in throttle() (on _room)
+        self._waiting_tasks = 0  # callbacks awaiting wait_for_room() (on _room_event)
+        self.backlogged = False
+        """More than ``max_pending`` events were queued (cleared by ``throttle`` once there is room):
+        callbacks check it before paying for a ``throttle()`` call."""
         self._signalled = False
         self._urgent = False
         self._closing = False
@@ -112,16 +121,18 @@ class EventWriter(WriterFlush):
     def submit(self, item: QueueItem) -> None:
         """Queue one event (in memory only). Called in event order, under the journal's lock."""
         with self._lock:
-            self._queue.append(item)
+            queue = self._queue
+            queue.append(item)
             self._counts["submitted"] += 1
-            size = len(self._queue)
+            size = len(queue)
             if size > self.max_pending:
                 self._counts["over_limit"] += 1
+                self.backlogged = True
             poke = not self._signalled or size == self.batch_size
             self._signalled = True
-        if self._loop is None:
-            self._start()
-        if poke:
+        if poke:  # the first submission always pokes
+            if self._loop is None:
+                self._start()
             self._poke()
 
     def write_soon(self) -> None:
@@ -132,19 +143,24 @@ class EventWriter(WriterFlush):
         self._poke()
 
     def throttle(self) -> bool:
-        """Backpressure, called outside the journal's lock. Another thread waits here for room; on the
-        writer's own loop thread waiting would deadlock, so it returns True: the caller must wait with
-        ``await wait_for_room()`` before its next event."""
+        """Backpressure, called outside the journal's lock when ``backlogged``. Another thread waits
+        here for room; on the writer's own loop thread waiting would deadlock, so it returns True: the
+        caller must wait with ``await wait_for_room()`` before its next event."""
         if len(self._queue) <= self.max_pending:
+            self.backlogged = False
             return False
         if threading.get_ident() == self._loop_thread:
             return self.needs_room()
         with self._room:
-            while len(self._queue) > self.max_pending and not (self._failure or self._stalled):
-                before = self._counts["written"]
-                self._room.wait(STALL_TIMEOUT)
-                if self._counts["written"] == before:
-                    self._stalled = True  # the writer's loop is blocked or gone: stop waiting on it
+            self._waiting_threads += 1
+            try:
+                while len(self._queue) > self.max_pending and not (self._failure or self._stalled):
+                    before = self._counts["written"]
+                    self._room.wait(STALL_TIMEOUT)
+                    if self._counts["written"] == before:
+                        self._stalled = True  # the writer's loop is blocked or gone: stop waiting
+            finally:
+                self._waiting_threads -= 1
         return False
 
     async def wait_for_room(self) -> None:
@@ -153,12 +169,15 @@ class EventWriter(WriterFlush):
         while self.needs_room():
             before = self._counts["written"]
             self._room_event.clear()
-            self._wakeup.set()  # the writer drains now instead of waiting for its batch timer
+            self._drain_now()  # instead of waiting for the batch timer
+            self._waiting_tasks += 1
             try:
                 await asyncio.wait_for(self._room_event.wait(), STALL_TIMEOUT)
             except TimeoutError:
                 if self._counts["written"] == before:
                     self._stalled = True
+            finally:
+                self._waiting_tasks -= 1
 
     def stats(self) -> JournalStats:
         with self._lock:
@@ -186,76 +205,11 @@ class EventWriter(WriterFlush):
     def started(self) -> bool:
         return self._loop is not None
 
-    def _start(self) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        with self._lock:
-            if self._loop is not None:
-                return
-            if loop is not None:
-                self._loop, self._loop_thread = loop, threading.get_ident()
-                self._task = loop.create_task(self._run(), name="run-journal-writer")
-                return
-            self._loop = asyncio.new_event_loop()
-            ready = threading.Event()
-            self._thread = threading.Thread(
-                target=self._thread_main, args=(ready,), name="run-journal-writer", daemon=True
-            )
-            self._thread.start()
-        ready.wait()
-
-    def _thread_main(self, ready: threading.Event) -> None:
-        assert self._loop is not None
-        asyncio.set_event_loop(self._loop)
-        self._loop_thread = threading.get_ident()
-        self._task = self._loop.create_task(self._run(), name="run-journal-writer")
-        ready.set()
-        try:
-            self._loop.run_forever()  # stopped by flush(closing=True) once the writer is done
-        finally:
-            self._loop.close()
-
-    def _poke(self) -> None:
-        loop = self._loop
-        if loop is None:
-            return
-        if threading.get_ident() == self._loop_thread:
-            self._wakeup.set()
-            return
-        with contextlib.suppress(RuntimeError):  # the loop is closed: flush/close will report it
-            loop.call_soon_threadsafe(self._wakeup.set)
-
-    # -- writer side (the writer's loop) ----------------------------------------------------------
-    async def _run(self) -> None:
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + self.flush_interval
-            timer: asyncio.TimerHandle | None = None  # one timer per batch, no task per wait
-            while not (self._urgent or self._closing or len(self._queue) >= self.batch_size):
-                if loop.time() >= deadline:
-                    break
-                if timer is None:
-                    timer = loop.call_at(deadline, self._wakeup.set)
-                await self._wakeup.wait()
-                self._wakeup.clear()
-            if timer is not None:
-                timer.cancel()
-            with self._lock:
-                self._signalled = False
-                urgent, self._urgent = self._urgent, False
-            await self._drain(force_row=urgent or self._closing)
-            if self._closing:
-                return
-
     async def _drain(self, *, force_row: bool) -> None:
         store = await self._ready_store()
         while store is not None and self._failure is None:
             with self._lock:
-                items = [self._queue[i] for i in range(min(self.batch_size, len(self._queue)))]
+                items = list(itertools.islice(self._queue, self.batch_size))
             if not items:
                 break
             events: list[NewEvent] = []
@@ -268,8 +222,10 @@ class EventWriter(WriterFlush):
                 self._counts["superseded"] += len(items) - len(events)
                 self._counts["batches"] += 1
                 self._stalled = False
-                self._room.notify_all()
-            self._room_event.set()
+                if self._waiting_threads:
+                    self._room.notify_all()
+            if self._waiting_tasks:
+                self._room_event.set()
             for event in events:
                 self._status = STATUS_AFTER.get(event.event_type, self._status)
             if self._row_in_batch:

@@ -1,23 +1,31 @@
-"""Flushing and closing the journal's writer, from any loop or thread (a mixin of ``EventWriter``).
+"""When the journal's writer drains, and flushing and closing it from any loop or thread (a mixin
+of ``EventWriter``, which owns the queue and the store calls).
 
-``flush()`` queues a waiter for everything submitted so far and wakes the writer; it runs on the
-writer's loop, or is handed to it from another loop or a sync caller. Closing also stops a private
-writer thread and closes a store the journal opened from a URL.
+A drain runs in a task that exists only while there is something to write: the batch timer starts
+one ``flush_interval`` after the first queued event, a full batch or a run's end starts one at
+once. ``flush()`` queues a waiter for everything submitted so far; on the writer's loop it drains in
+its own task (no hand-off), from another loop or a sync caller it is handed to the writer's loop.
+Closing also stops a private writer thread and closes a store the journal opened from a URL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import threading
 from collections import deque
 
 from run_journal.envelope import NewEvent
+from run_journal.runs import RunStatus
 from run_journal.stores.base import RunEventStore
 from run_journal.writer_types import DeferredEvent, JournalError, RetryPolicy
 
+logger = logging.getLogger("run_journal")
+
 
 class WriterFlush:
-    """``flush`` / ``close_blocking`` and the waiters they leave; state is ``EventWriter``'s."""
+    """Drain scheduling, ``flush`` / ``close_blocking`` and their waiters; state is ``EventWriter``'s."""
 
     retry: RetryPolicy
     _lock: threading.Lock
@@ -28,8 +36,15 @@ class WriterFlush:
     _urgent: bool
     _closing: bool
     _waiters: list[tuple[int, asyncio.Future[None]]]
-    _wakeup: asyncio.Event
-    _task: asyncio.Future[None] | None
+    _task: asyncio.Task[None] | None
+    _crash: BaseException | None
+    _finished: bool
+    _row_dirty: bool
+    _status: RunStatus
+    _row_status: RunStatus | None
+    _draining: bool
+    _signalled: bool
+    _wakeup: asyncio.Handle | None
     _owns_store: bool
     _store: RunEventStore | None
     _loop: asyncio.AbstractEventLoop | None
@@ -69,15 +84,143 @@ class WriterFlush:
             self._closing = self._closing or closing
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append((target, waiter))
-        self._wakeup.set()
-        if closing and self._task is not None:
-            await asyncio.shield(self._task)
+        if self._draining:
+            pass  # the drain in progress sees the flush (``_urgent``) and goes round again
+        elif self._queue or self._row_dirty or not self._row_current():
+            await self._drain_here()
+        else:  # everything, the row included, is written: nothing to wait for
+            self._urgent = False
             self._wake_waiters()
         try:
+            if closing:
+                while self._task is not None:
+                    await asyncio.shield(self._task)  # a cancelled close leaves the drain running
+                self._cancel_wakeup()
+                self._finished = True
+                self._wake_waiters()
             await waiter
         finally:
             if closing and self._owns_store and self._store is not None:
                 await self._store.aclose()
+
+    async def _drain_here(self) -> None:
+        """The flush drains in its own task (it runs on the writer's loop): no hand-off to a writer
+        task. A flush cancelled mid-write hands what is left to a drain task."""
+        self._cancel_wakeup()
+        self._draining = True
+        try:
+            await self._drain_all()
+        finally:
+            self._draining = False
+            if self._queue and self._failure is None:
+                self._schedule()
+
+    def _fail_waiters(self, error: BaseException) -> None:
+        for _, waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(error)
+        self._waiters = []
+
+    # EventWriter's (declared for the type checker)
+    flush_interval: float
+    batch_size: int
+
+    async def _drain(self, *, force_row: bool) -> None:
+        raise NotImplementedError
+
+    # -- which loop runs the writer ---------------------------------------------------------------
+    def _start(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self._lock:
+            if self._loop is not None:
+                return
+            if loop is not None:
+                self._loop, self._loop_thread = loop, threading.get_ident()
+                return
+            self._loop = asyncio.new_event_loop()
+            ready = threading.Event()
+            self._thread = threading.Thread(
+                target=self._thread_main, args=(ready,), name="run-journal-writer", daemon=True
+            )
+            self._thread.start()
+        ready.wait()
+
+    def _thread_main(self, ready: threading.Event) -> None:
+        assert self._loop is not None
+        asyncio.set_event_loop(self._loop)
+        self._loop_thread = threading.get_ident()
+        ready.set()
+        try:
+            self._loop.run_forever()  # stopped by flush(closing=True) once the writer is done
+        finally:
+            self._loop.close()
+
+    def _poke(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._schedule()
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: flush/close will report it
+            loop.call_soon_threadsafe(self._schedule)
+
+    # -- writer side (the writer's loop) ----------------------------------------------------------
+    def _schedule(self) -> None:
+        """Something was queued: drain at once (the run ended, a flush, a full batch) or when the
+        batch timer fires; a drain in progress picks it up. No task exists while nothing waits."""
+        if self._draining or self._finished:
+            return
+        loop = self._loop
+        assert loop is not None  # set before the first poke
+        if self._urgent or self._closing or len(self._queue) >= self.batch_size:
+            if isinstance(self._wakeup, asyncio.TimerHandle):
+                self._cancel_wakeup()
+            if self._wakeup is None:
+                self._wakeup = loop.call_soon(self._drain_now)
+        elif self._wakeup is None:
+            self._wakeup = loop.call_later(self.flush_interval, self._drain_now)
+
+    def _cancel_wakeup(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+            self._wakeup = None
+
+    def _drain_now(self) -> None:
+        """Start the drain task (from the batch timer, a due drain, or a producer waiting for room)."""
+        self._cancel_wakeup()
+        if not (self._draining or self._finished or self._crash is not None):
+            self._draining = True
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="run-journal-writer")
+
+    async def _run(self) -> None:
+        try:
+            await self._drain_all()
+        finally:
+            self._draining, self._task = False, None
+        if self._queue and self._failure is None:
+            self._schedule()
+
+    async def _drain_all(self) -> None:
+        """Drain until the queue is empty or the store failed; again while flushes keep arriving."""
+        try:
+            while True:
+                with self._lock:
+                    self._signalled = False
+                    urgent, self._urgent = self._urgent, False
+                await self._drain(force_row=urgent or self._closing)
+                if self._failure is not None or not self._urgent:
+                    break
+        except Exception as error:  # a writer bug: flush() reports it, the run goes on
+            self._crash = error
+            logger.exception("run-journal: the writer stopped")
+            self._fail_waiters(self._crash_error())
+
+    def _row_current(self) -> bool:
+        return self._status == self._row_status
 
     # -- flush / close (any loop or thread) -------------------------------------------------------
     async def flush(self, *, closing: bool = False) -> None:
@@ -106,25 +249,28 @@ class WriterFlush:
         loop = self._loop
         if loop is None:
             return None
-        if self._task is not None and self._task.done():
-            self._check_finished_writer(self._task)
+        if self._finished or self._crash is not None:
+            self._check_finished_writer()
             return None
         if loop.is_closed():
             raise JournalError(f"the writer's event loop is gone; {len(self._queue)} event(s) unwritten")
         return loop
 
-    def _check_finished_writer(self, task: asyncio.Future[None]) -> None:
+    def _check_finished_writer(self) -> None:
         """After the writer stopped (closed, or crashed): nothing to do, or say what is unwritten."""
-        crash = None if task.cancelled() else task.exception()
-        if crash is not None:
-            raise JournalError(
-                f"the journal's writer stopped with {type(crash).__name__}: {crash}; "
-                f"{len(self._queue)} event(s) unwritten"
-            ) from crash
+        if self._crash is not None:
+            raise self._crash_error() from self._crash
         if self._queue:
             raise self._error(self._failure) if self._failure else JournalError(
                 f"the journal is closed; {len(self._queue)} event(s) unwritten"
             )
+
+    def _crash_error(self) -> JournalError:
+        crash = self._crash
+        return JournalError(
+            f"the journal's writer stopped with {type(crash).__name__}: {crash}; "
+            f"{len(self._queue)} event(s) unwritten"
+        )
 
     def close_blocking(self) -> None:
         """``flush(closing=True)`` for sync code; refuses to block the writer's own loop."""

@@ -207,3 +207,63 @@ async def test_in_process_subagent_usage_is_not_counted_twice() -> None:
     bucket = row.usage_by_caller["subagent:researcher"]
     assert (bucket.llm_calls, bucket.total_tokens) == (1, 10)
     assert row.usage.total_tokens == 10
+
+
+def _writer_tasks() -> list[asyncio.Task[Any]]:
+    return [task for task in asyncio.all_tasks() if task.get_name() == "run-journal-writer"]
+
+
+async def test_the_batch_timer_writes_a_running_run_and_leaves_no_task_behind(store: RunEventStore) -> None:
+    journal = RunJournal(store, thread_id="timer", flush_interval=0.01)
+    journal.on_chain_start({"name": "root"}, {"messages": [HumanMessage("hi")]}, run_id=uuid.uuid4())
+    assert _writer_tasks() == []  # nothing runs until the batch timer fires
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if len(await store.list_events("timer")) == 2 and not _writer_tasks():
+            break
+    assert [e.event_type for e in await stored(store, journal)] == ["run.start", "llm.human.input"]
+    assert _writer_tasks() == []  # the drain ended with the queue
+    row = await store.get_run(journal.run_id)
+    assert row is not None
+    assert row.status == RunStatus.RUNNING
+    await journal.aclose()
+    assert status_of(await stored(store, journal)) == RunStatus.CANCELLED
+
+
+async def test_close_on_the_writers_loop_drains_in_place(store: RunEventStore) -> None:
+    journal = RunJournal(store, thread_id="in-place")
+    await one_node_graph().ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+    await journal.aclose()
+    assert _writer_tasks() == []
+    assert status_of(await stored(store, journal)) == RunStatus.SUCCESS
+    assert journal.stats.pending == 0
+    row = await store.get_run(journal.run_id)
+    assert row is not None
+    assert row.status == RunStatus.SUCCESS
+
+
+async def test_a_flush_cancelled_mid_write_leaves_the_rest_to_a_drain_task(store: RunEventStore) -> None:
+    gate = asyncio.Event()
+
+    class SlowStore(FlakyStore):
+        async def put_batch(self, events: Iterable[Any]) -> list[RunEvent]:
+            await gate.wait()
+            return await self.inner.put_batch(events)
+
+    journal = RunJournal(SlowStore(store, 0), thread_id="cancelled-flush")  # type: ignore[arg-type]  # a proxy
+    root = uuid.uuid4()
+    journal.on_chain_start({"name": "root"}, {"messages": [HumanMessage("hi")]}, run_id=root)
+    flushing = asyncio.create_task(journal.flush())
+    await asyncio.sleep(0.01)  # the flush is waiting inside the store
+    flushing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await flushing
+    gate.set()
+    for _ in range(200):
+        if journal.stats.pending == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert [e.event_type for e in await stored(store, journal)] == ["run.start", "llm.human.input"]
+    journal.on_chain_end({"messages": []}, run_id=root)
+    await journal.aclose()
+    assert status_of(await stored(store, journal)) == RunStatus.SUCCESS

@@ -13,19 +13,14 @@ wake (thread-safely), so a tail costs nothing while the thread is idle.
 from __future__ import annotations
 
 import asyncio
-import bisect
-import dataclasses
-import itertools
-import operator
 import threading
-from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
-from datetime import datetime
-from typing import Final, NamedTuple
+from collections import defaultdict
+from collections.abc import Sequence
 
-from run_journal.catalog import TERMINAL_RUN_EVENTS, Category
-from run_journal.envelope import NewEvent, RunEvent, dumps, loads, utc_now, validate_id
+from run_journal.catalog import TERMINAL_RUN_EVENTS
+from run_journal.envelope import NewEvent, RunEvent, dumps, utc_now, validate_id
 from run_journal.runs import RunRow, may_replace
+from run_journal.stores._memory_records import Column, Record, StoredRun, ThreadEvents
 from run_journal.stores.base import (
     RunEventStore,
     as_new_event,
@@ -38,119 +33,15 @@ from run_journal.stores.base import (
     expand_event_types,
 )
 
-_MESSAGE: Final = Category.MESSAGE.value
-
-
-class _Record(NamedTuple):
-    """One stored event: its seq and the ``NewEvent`` written (payload kept as JSON text)."""
-
-    seq: int
-    event: NewEvent
-
-    def to_event(self) -> RunEvent:
-        return RunEvent.stored(self.event, self.seq, copy=True)
-
-
-class _Column:
-    """Records in seq order (``bisect`` finds a cursor by each record's seq)."""
-
-    __slots__ = ("records",)
-
-    def __init__(self, records: list[_Record] | None = None) -> None:
-        self.records: list[_Record] = records if records is not None else []
-
-    def forward(self, after_seq: int) -> Iterator[_Record]:
-        start = bisect.bisect_right(self.records, after_seq, key=_SEQ)
-        return itertools.islice(self.records, start, None)
-
-    def backward(self, before_seq: int | None) -> Iterator[_Record]:
-        records = self.records
-        stop = len(records) if before_seq is None else bisect.bisect_left(records, before_seq, key=_SEQ)
-        return (records[i] for i in range(stop - 1, -1, -1))
-
-    def without_run(self, run_id: str) -> _Column:
-        return _Column([record for record in self.records if record.event.run_id != run_id])
-
-
-_SEQ: Final = operator.itemgetter(0)
-
-
-class _Thread:
-    """A thread's events, indexes and its never-decreasing seq counter."""
-
-    def __init__(self) -> None:
-        self.last_seq = 0
-        self.events = _Column()
-        self.messages = _Column()
-        self.run_events: defaultdict[str, _Column] = defaultdict(_Column)
-        self.run_messages: defaultdict[str, _Column] = defaultdict(_Column)
-        self.by_event_id: dict[str, _Record] = {}
-        self.first_of_type: dict[tuple[str, str], _Record] = {}
-        self.users: Counter[str | None] = Counter()
-        self.waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-
-    def add(self, event: NewEvent) -> _Record:
-        self.last_seq = seq = self.last_seq + 1
-        record = _Record(seq, event)
-        run_id = event.run_id
-        self.events.records.append(record)
-        self.run_events[run_id].records.append(record)
-        if event.category == _MESSAGE:
-            self.messages.records.append(record)
-            self.run_messages[run_id].records.append(record)
-        self.by_event_id[event.event_id] = record
-        self.first_of_type.setdefault((run_id, event.event_type), record)
-        self.users[event.user_id] += 1
-        return record
-
-    def drop_run(self, run_id: str) -> int:
-        removed = self.run_events.pop(run_id, _Column()).records
-        self.run_messages.pop(run_id, None)
-        if removed:
-            self.events = self.events.without_run(run_id)
-            self.messages = self.messages.without_run(run_id)
-            for record in removed:
-                del self.by_event_id[record.event.event_id]
-                self.first_of_type.pop((run_id, record.event.event_type), None)
-                self.users[record.event.user_id] -= 1
-            self.users = +self.users  # drop zero counts
-        return len(removed)
-
-    def wake(self) -> None:
-        waiters, self.waiters = self.waiters, []
-        for loop, future in waiters:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(_resolve, future)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _StoredRun:
-    row_json: str
-    first_put_at: datetime
-    thread_id: str
-    status: str
-    run_id: str
-    started_at: datetime | None
-
-    def row(self) -> RunRow:
-        return RunRow.from_dict(loads(self.row_json))
-
-    def sort_key(self) -> tuple[datetime, str]:
-        return (self.started_at or self.first_put_at, self.run_id)
-
 
 class MemoryRunEventStore(RunEventStore):
     """An in-process store: fast, exact, and gone when the process exits."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._threads: defaultdict[str, _Thread] = defaultdict(_Thread)  # [id] on writes, .get on reads
-        self._runs: dict[str, _StoredRun] = {}
+        # [id] on writes (creates the thread), .get on reads
+        self._threads: defaultdict[str, ThreadEvents] = defaultdict(ThreadEvents)
+        self._runs: dict[str, StoredRun] = {}
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -171,7 +62,7 @@ class MemoryRunEventStore(RunEventStore):
 
     async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
         """One locked step: no reader sees the run's last events without its end and row."""
-        batch = [as_new_event(item) for item in events]
+        batch = [item if type(item) is NewEvent else as_new_event(item) for item in events]
         types = exclusive_set(terminal.event_type, TERMINAL_RUN_EVENTS)
         row_json = dumps(row.to_dict())
         with self._lock:
@@ -179,8 +70,8 @@ class MemoryRunEventStore(RunEventStore):
             self._check_run_owner(row)
             if batch:
                 self._append_locked(batch, results=False)
-            stored, _ = self._put_if_absent_locked(terminal, types)
-            if stored.event_id != terminal.event_id:
+            stored, _ = self._record_if_absent(terminal, types)
+            if stored.event.event_id != terminal.event_id:
                 return False
             self._put_run_locked(row, row_json)
         return True
@@ -203,6 +94,10 @@ class MemoryRunEventStore(RunEventStore):
         return written
 
     def _put_if_absent_locked(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
+        record, written = self._record_if_absent(event, types)
+        return record.to_event(), written
+
+    def _record_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[Record, bool]:
         thread = self._threads[event.thread_id]
         existing = thread.by_event_id.get(event.event_id)
         if existing is None:
@@ -212,13 +107,13 @@ class MemoryRunEventStore(RunEventStore):
             ]
             existing = min(firsts, key=lambda record: record.seq, default=None)
         if existing is not None:
-            return existing.to_event(), False
+            return existing, False
         record = thread.add(event)
         thread.wake()
-        return record.to_event(), True
+        return record, True
 
     # -- reads -----------------------------------------------------------------------------------
-    def _thread(self, thread_id: str) -> _Thread | None:
+    def _thread(self, thread_id: str) -> ThreadEvents | None:
         validate_id("thread_id", thread_id)
         self._check_open()
         return self._threads.get(thread_id)
@@ -277,7 +172,7 @@ class MemoryRunEventStore(RunEventStore):
             if thread is None:
                 return []
             column = thread.events if run_id is None else thread.run_events.get(run_id)
-            found: list[_Record] = []
+            found: list[Record] = []
             for record in column.forward(cursor) if column else ():
                 if (
                     (names is None or record.event.event_type in names)
@@ -345,13 +240,13 @@ class MemoryRunEventStore(RunEventStore):
         if stored is not None and (owner := stored.thread_id) != row.thread_id:
             raise ValueError(f"run {row.run_id!r} belongs to thread {owner!r}, not {row.thread_id!r}")
 
-    def _put_run_locked(self, row: RunRow, row_json: str) -> _StoredRun | None:
+    def _put_run_locked(self, row: RunRow, row_json: str) -> StoredRun | None:
         """Store ``row`` unless it would reopen a finished run (then: the stored run, kept)."""
         stored = self._runs.get(row.run_id)
         if stored is not None and not may_replace(stored.status, row.status):
             return stored
         first_put_at = stored.first_put_at if stored else utc_now()
-        self._runs[row.run_id] = _StoredRun(
+        self._runs[row.run_id] = StoredRun(
             row_json, first_put_at, row.thread_id, row.status, row.run_id, row.started_at
         )
         return None
@@ -376,7 +271,7 @@ class MemoryRunEventStore(RunEventStore):
                 if (thread_id is None or item.thread_id == thread_id)
                 and (statuses is None or item.status in statuses)
             ]
-        return [item.row() for item in sorted(stored, key=_StoredRun.sort_key)]
+        return [item.row() for item in sorted(stored, key=StoredRun.sort_key)]
 
     # -- deletes ---------------------------------------------------------------------------------
     async def delete_by_thread(self, thread_id: str) -> int:
@@ -388,7 +283,7 @@ class MemoryRunEventStore(RunEventStore):
                 del self._runs[run_id]
             if thread is None:
                 return 0
-            emptied = _Thread()
+            emptied = ThreadEvents()
             emptied.last_seq = thread.last_seq  # seq is never reused: the counter outlives the events
             self._threads[thread_id] = emptied
             thread.wake()
@@ -407,7 +302,7 @@ class MemoryRunEventStore(RunEventStore):
 
 
 def _page(
-    column: _Column | None,
+    column: Column | None,
     limit: int,
     before_seq: int | None,
     after_seq: int | None,
@@ -420,7 +315,7 @@ def _page(
     if column is None:
         return []
     records = column.forward(after) if after is not None else column.backward(before)
-    found: list[_Record] = []
+    found: list[Record] = []
     for record in records:
         if before is not None and after is not None and record.seq >= before:
             break

@@ -326,23 +326,23 @@ def write_run_close(
     connection: sqlite3.Connection, events: tuple[str, str, list[tuple[Any, ...]]],
     terminal: tuple[str, tuple[Any, ...], tuple[Any, ...]], run: tuple[str, str, tuple[Any, ...]],
 ) -> tuple[str, str] | None:
-    """``put_run_close`` in one ``BEGIN IMMEDIATE`` transaction: insert the events, then the terminal
-    event unless the run has another one (then commit the events alone and return None), then
-    upsert the run row and return it as ``write_run`` does. ``events`` is ``(bump, insert, rows)``,
-    ``terminal`` ``(lookup, params, row)``, ``run`` ``(upsert, runs_table, values)``. An event_id
-    already stored raises ``sqlite3.IntegrityError`` after rolling back."""
+    """``put_run_close`` in one ``BEGIN IMMEDIATE`` transaction: insert the events and, unless the
+    run has another terminal event (then commit the events alone and return None), the terminal
+    event after them, then upsert the run row and return it as ``write_run`` does. ``events`` is
+    ``(bump, insert, rows)``, ``terminal`` ``(lookup, params, row)``, ``run`` ``(upsert, runs_table,
+    values)``. An event_id already stored raises ``sqlite3.IntegrityError`` after rolling back."""
     bump, insert, rows = events
     lookup, params, terminal_row = terminal
     connection.execute("BEGIN IMMEDIATE")
     try:
+        found = connection.execute(lookup, params).fetchone()  # the events are not terminal ones
+        if found is None:
+            rows = [*rows, terminal_row]  # one seq range, one executemany
         if rows:
             _insert_rows(connection, bump, insert, terminal_row[0], rows)
-        found = connection.execute(lookup, params).fetchone()
         if found is not None and found[8] != terminal_row[9]:
             connection.execute("COMMIT")
             return None
-        if found is None:
-            _insert_rows(connection, bump, insert, terminal_row[0], [terminal_row])
         written = _upsert_run(connection, *run)
         connection.execute("COMMIT")
     except BaseException:
