@@ -158,8 +158,8 @@ class JournalCore:
             "message_id": message.id,
         }
         self._tally.messages += 1
-        if call.caller == p.LEAD_AGENT and p.message_text(message):
-            self._tally.last_ai = cap_text(p.message_text(message))
+        if call.caller == p.LEAD_AGENT and (text := p.message_text(message)):
+            self._tally.last_ai = cap_text(text)
         self._queue(self._event("llm.ai.response", self._message_payload(message), meta))
         for tool_call in getattr(message, "tool_calls", None) or []:
             call_id = tool_call.get("id")

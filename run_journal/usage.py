@@ -156,10 +156,11 @@ def extract_usage(response: LLMResult) -> TokenUsage | None:
 
 def model_name_of(response: LLMResult, fallback: str | None) -> str | None:
     """The model that answered: the provider's own report first, then what the call asked for."""
-    llm_output = response.llm_output or {}
-    for key in ("model_name", "model"):
-        if isinstance(llm_output.get(key), str):
-            return str(llm_output[key])
+    llm_output = response.llm_output
+    if llm_output:
+        for key in ("model_name", "model"):
+            if isinstance(name := llm_output.get(key), str):
+                return str(name)
     for batch in response.generations:
         for generation in batch:
             if isinstance(generation, ChatGeneration):

@@ -88,7 +88,7 @@ class EventWriter(WriterFlush):
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
         self._queue: deque[QueueItem] = deque()
-        self._counts = {"submitted": 0, "written": 0, "retried": 0, "failed_batches": 0,
+        self._counts = {"written": 0, "retried": 0, "failed_batches": 0,
                         "batches": 0, "row_writes": 0, "over_limit": 0, "superseded": 0}
         self.callback_errors = 0
         self._failure: BaseException | None = None
@@ -123,17 +123,16 @@ class EventWriter(WriterFlush):
         with self._lock:
             queue = self._queue
             queue.append(item)
-            self._counts["submitted"] += 1
             size = len(queue)
             if size > self.max_pending:
                 self._counts["over_limit"] += 1
                 self.backlogged = True
-            poke = not self._signalled or size == self.batch_size
+            if self._signalled and size != self.batch_size:
+                return  # the writer knows there is work; a full batch pokes it again
             self._signalled = True
-        if poke:  # the first submission always pokes
-            if self._loop is None:
-                self._start()
-            self._poke()
+        if self._loop is None:
+            self._start()
+        self._poke()
 
     def write_soon(self) -> None:
         """Start writing what is queued without waiting for ``flush_interval`` (the run ended:
@@ -182,9 +181,14 @@ class EventWriter(WriterFlush):
     def stats(self) -> JournalStats:
         with self._lock:
             return JournalStats(
-                pending=len(self._queue), callback_errors=self.callback_errors,
+                submitted=self._submitted(), pending=len(self._queue),
+                callback_errors=self.callback_errors,
                 last_error=repr(self._failure) if self._failure else None, **self._counts,
             )
+
+    def _submitted(self) -> int:
+        """Every queued item is pending until a batch pops it as written or superseded."""
+        return self._counts["written"] + self._counts["superseded"] + len(self._queue)
 
     def unwritten(self) -> list[NewEvent]:
         """Queued events not yet stored (deferred ones not yet resolved are left out)."""

@@ -77,7 +77,7 @@ class WriterFlush:
 
     async def _flush_here(self, closing: bool) -> None:
         with self._lock:
-            target = self._counts["submitted"]
+            target = self._submitted()
             self._failure = None  # every flush gives a failed store another chance
             self._stalled = False
             self._urgent = True
@@ -126,6 +126,9 @@ class WriterFlush:
     batch_size: int
 
     async def _drain(self, *, force_row: bool) -> None:
+        raise NotImplementedError
+
+    def _submitted(self) -> int:
         raise NotImplementedError
 
     # -- which loop runs the writer ---------------------------------------------------------------

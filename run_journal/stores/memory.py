@@ -61,18 +61,18 @@ class MemoryRunEventStore(RunEventStore):
             return self._put_if_absent_locked(event, types)
 
     async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
-        """One locked step: no reader sees the run's last events without its end and row."""
+        """One locked step: no reader sees the run's last events without its end and its row."""
         batch = [item if type(item) is NewEvent else as_new_event(item) for item in events]
         types = exclusive_set(terminal.event_type, TERMINAL_RUN_EVENTS)
         row_json = dumps(row.to_dict())
         with self._lock:
             self._check_open()
-            self._check_run_owner(row)
             if batch:
                 self._append_locked(batch, results=False)
             stored, _ = self._record_if_absent(terminal, types)
             if stored.event.event_id != terminal.event_id:
                 return False
+            self._check_run_owner(row)  # as put_run: the events are written, the row is refused
             self._put_run_locked(row, row_json)
         return True
 

@@ -116,6 +116,20 @@ class RunTests(StoreSuiteBase):
         assert kept is not None
         assert kept.status == RunStatus.RUNNING
 
+    async def test_put_run_close_refuses_a_row_of_another_thread_after_the_events(
+        self, store: RunEventStore
+    ) -> None:
+        await store.put_run(RunRow(run_id="r", thread_id="home", status=RunStatus.RUNNING))
+        events = [new_event("elsewhere", "r", content="last", event_id="last")]
+        terminal = new_event("elsewhere", "r", "run.end", "outputs", event_id="end")
+        with pytest.raises(ValueError, match=r"home.*elsewhere|elsewhere.*home"):
+            await store.put_run_close(events, terminal, RunRow(run_id="r", thread_id="elsewhere",
+                                                               status=RunStatus.SUCCESS))
+        assert [e.event_id for e in await read_all(store, "elsewhere")] == ["last", "end"]
+        kept = await store.get_run("r")
+        assert kept is not None
+        assert (kept.thread_id, kept.status) == ("home", RunStatus.RUNNING)
+
     async def test_put_run_refuses_to_move_a_run_to_another_thread(self, store: RunEventStore) -> None:
         await store.put_run(RunRow(run_id="r", thread_id="home", status=RunStatus.RUNNING))
         for status in (RunStatus.RUNNING, RunStatus.SUCCESS):
