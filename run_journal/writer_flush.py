@@ -112,8 +112,18 @@ class WriterFlush:
             await self._drain_all()
         finally:
             self._draining = False
-            if self._queue and self._failure is None:
-                self._schedule()
+            self._after_drain(reschedule=True)
+
+    def _after_drain(self, *, reschedule: bool) -> None:
+        """A drain ended: what was queued while it ran and it did not take waits for the next one
+        (a poke during a drain finds it running, so nothing else would schedule it); with the queue
+        empty, the next event must poke again."""
+        with self._lock:
+            pending = bool(self._queue)
+            if not pending or not reschedule:
+                self._signalled = False  # the next event pokes
+        if pending and reschedule and self._failure is None and self._crash is None:
+            self._schedule()
 
     def _fail_waiters(self, error: BaseException) -> None:
         for _, waiter in self._waiters:
@@ -200,12 +210,13 @@ class WriterFlush:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="run-journal-writer")
 
     async def _run(self) -> None:
+        done = False
         try:
             await self._drain_all()
+            done = True
         finally:
             self._draining, self._task = False, None
-        if self._queue and self._failure is None:
-            self._schedule()
+            self._after_drain(reschedule=done)  # a cancelled writer task (loop shutdown) stays down
 
     async def _drain_all(self) -> None:
         """Drain until the queue is empty or the store failed; again while flushes keep arriving."""

@@ -267,3 +267,37 @@ async def test_a_flush_cancelled_mid_write_leaves_the_rest_to_a_drain_task(store
     journal.on_chain_end({"messages": []}, run_id=root)
     await journal.aclose()
     assert status_of(await stored(store, journal)) == RunStatus.SUCCESS
+
+
+async def test_an_event_queued_after_a_drain_that_took_a_late_one_is_still_written() -> None:
+    """A drain picks up events queued while it writes; the next event after it must start the
+    batch timer again (found in review: it waited for a flush)."""
+    from run_journal.envelope import NewEvent
+    from run_journal.stores.memory import MemoryRunEventStore
+    from run_journal.writer import EventWriter
+
+    class SlowStore(MemoryRunEventStore):
+        async def _append(self, batch: Any) -> Any:
+            await asyncio.sleep(0.05)
+            return await super()._append(batch)
+
+    def event(n: int) -> NewEvent:
+        return NewEvent(thread_id="t", run_id="r", event_type="workspace.file.write", category="trace",
+                        content={"n": n}, event_id=f"e{n}")
+
+    store = SlowStore()
+    writer = EventWriter(store, lambda status: None, flush_interval=0.02)
+    writer.submit(event(1))
+    await asyncio.sleep(0.04)  # the batch timer fired: the drain is inside the store
+    writer.submit(event(2))  # taken by the same drain
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if writer.stats().written == 2:
+            break
+    writer.submit(event(3))
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if writer.stats().written == 3:
+            break
+    assert [e.event_id for e in await store.list_events("t")] == ["e1", "e2", "e3"]
+    await writer.flush(closing=True)
