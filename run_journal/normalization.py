@@ -57,6 +57,9 @@ class Normalized:
         payload._value = _UNDECODED_VALUE
         return payload
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Normalized.from_text, (self.text,))  # a copy or a pickle is rebuilt from the text
+
     @property
     def value(self) -> JsonValue:
         if self._value is _UNDECODED_VALUE:

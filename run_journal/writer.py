@@ -146,7 +146,8 @@ class EventWriter(WriterFlush):
         here for room; on the writer's own loop thread waiting would deadlock, so it returns True: the
         caller must wait with ``await wait_for_room()`` before its next event."""
         if len(self._queue) <= self.max_pending:
-            self.backlogged = False
+            with self._lock:  # a submit that goes over the limit meanwhile keeps the flag
+                self.backlogged = len(self._queue) > self.max_pending
             return False
         if threading.get_ident() == self._loop_thread:
             return self.needs_room()

@@ -84,24 +84,34 @@ class WriterFlush:
             self._closing = self._closing or closing
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append((target, waiter))
-        if self._draining:
-            pass  # the drain in progress sees the flush (``_urgent``) and goes round again
-        elif self._queue or self._row_dirty or not self._row_current():
-            await self._drain_here()
-        else:  # everything, the row included, is written: nothing to wait for
-            self._urgent = False
-            self._wake_waiters()
         try:
-            if closing:
-                while self._task is not None:
-                    await asyncio.shield(self._task)  # a cancelled close leaves the drain running
-                self._cancel_wakeup()
-                self._finished = True
+            if self._draining:
+                pass  # the drain in progress sees the flush (``_urgent``) and goes round again
+            elif self._queue or self._row_dirty or not self._row_current():
+                await self._drain_here()
+            else:  # everything, the row included, is written: nothing to wait for
+                self._urgent = False
                 self._wake_waiters()
-            await waiter
+            try:
+                await waiter
+            except JournalError:
+                if closing:
+                    await self._stop_draining()
+                raise
+            if closing:
+                await self._stop_draining()
         finally:
             if closing and self._owns_store and self._store is not None:
                 await self._store.aclose()
+
+    async def _stop_draining(self) -> None:
+        """Closing, once its waiter is settled: let a drain task still running finish (shielded: a
+        cancelled close leaves it running), then no drain starts again."""
+        while self._task is not None:
+            await asyncio.shield(self._task)
+        self._cancel_wakeup()
+        self._finished = True
+        self._wake_waiters()
 
     async def _drain_here(self) -> None:
         """The flush drains in its own task (it runs on the writer's loop): no hand-off to a writer
@@ -115,14 +125,19 @@ class WriterFlush:
             self._after_drain(reschedule=True)
 
     def _after_drain(self, *, reschedule: bool) -> None:
-        """A drain ended: what was queued while it ran and it did not take waits for the next one
-        (a poke during a drain finds it running, so nothing else would schedule it); with the queue
-        empty, the next event must poke again."""
+        """A drain ended (or its flush was cancelled mid-write): what it left, events queued while it
+        ran or a flush still waiting for it, goes to the next drain (a poke or a flush during a drain
+        finds it running, so nothing else would schedule it); with the queue empty, the next event
+        must poke again."""
         with self._lock:
             pending = bool(self._queue)
             if not pending or not reschedule:
                 self._signalled = False  # the next event pokes
-        if pending and reschedule and self._failure is None and self._crash is None:
+        if not reschedule or self._failure is not None or self._crash is not None:
+            return
+        if any(not waiter.done() for _, waiter in self._waiters):
+            self._urgent = True  # a flush waits: drain at once and write the row
+        if pending or self._urgent:
             self._schedule()
 
     def _fail_waiters(self, error: BaseException) -> None:

@@ -105,3 +105,17 @@ def test_the_tally_folds_its_groups_into_the_same_totals_as_adding_every_call(pr
     assert tally.by_model == by_model
     assert tally.total.llm_calls == 5
     assert RunTally().total == UsageTotals()
+
+
+def test_a_payload_survives_copy_and_pickle_before_and_after_decoding() -> None:
+    import copy
+    import pickle
+
+    for decoded in (False, True):
+        payload = Normalized.from_text('{"k":["v",2]}')
+        if decoded:
+            assert payload.value == {"k": ["v", 2]}
+        for clone in (copy.copy(payload), copy.deepcopy(payload), pickle.loads(pickle.dumps(payload))):
+            assert clone.text == payload.text
+            assert clone.value == {"k": ["v", 2]}
+    assert pickle.loads(pickle.dumps(Normalized({"a": 1}))).text == '{"a":1}'

@@ -301,3 +301,42 @@ async def test_an_event_queued_after_a_drain_that_took_a_late_one_is_still_writt
             break
     assert [e.event_id for e in await store.list_events("t")] == ["e1", "e2", "e3"]
     await writer.flush(closing=True)
+
+
+@pytest.mark.parametrize("slow_step", ["events", "row"])
+@pytest.mark.parametrize("closing", [False, True])
+async def test_a_flush_or_close_waiting_on_a_cancelled_flush_still_returns(
+    slow_step: str, closing: bool
+) -> None:
+    """A flush that drains in place is cancelled (a timeout) mid-write while a second flush or a
+    close waits for that drain: the rest goes to a drain task and the second call returns with
+    everything written (found in review: it waited forever)."""
+    from run_journal.envelope import NewEvent
+    from run_journal.stores.memory import MemoryRunEventStore
+    from run_journal.writer import EventWriter
+
+    class SlowStore(MemoryRunEventStore):
+        async def _append(self, batch: Any) -> Any:
+            if slow_step == "events":
+                await asyncio.sleep(0.3)
+            return await super()._append(batch)
+
+        async def put_run(self, row: RunRow) -> RunRow:
+            if slow_step == "row":
+                await asyncio.sleep(0.3)
+            return await super().put_run(row)
+
+    store = SlowStore()
+    writer = EventWriter(store, lambda status: RunRow(run_id="r", thread_id="t", status=status))
+    writer.submit(NewEvent(thread_id="t", run_id="r", event_type="run.start", category="trace",
+                           event_id="start"))
+    first = asyncio.create_task(asyncio.wait_for(writer.flush(), 0.1))
+    await asyncio.sleep(0.05)  # the first flush is inside the store
+    second = asyncio.create_task(writer.flush(closing=closing))
+    with pytest.raises(TimeoutError):
+        await first
+    await asyncio.wait_for(second, 3.0)
+    assert [e.event_id for e in await store.list_events("t")] == ["start"]
+    row = await store.get_run("r")
+    assert row is not None
+    assert row.status == RunStatus.RUNNING

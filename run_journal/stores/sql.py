@@ -324,12 +324,13 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         return RunRow.from_dict(loads(written))
 
     async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
-        if self.dialect != "sqlite" or any(e.thread_id != terminal.thread_id for e in events) \
-                or len({e.event_id for e in events}) != len(events):
+        types = exclusive_set(terminal.event_type, TERMINAL_RUN_EVENTS)
+        if self.dialect != "sqlite" or len({e.event_id for e in events}) != len(events) or any(
+            e.thread_id != terminal.thread_id or e.event_type in types for e in events
+        ):  # the one-transaction path checks for a terminal event before inserting the events
             return await super().put_run_close(events, terminal, row)
         self._check_open()
         await self._ready()
-        types = exclusive_set(terminal.event_type, TERMINAL_RUN_EVENTS)
         lookup = raw.if_absent_sql(self._events_sql, len(types))
         params = (terminal.thread_id, terminal.run_id, *types, terminal.event_id, terminal.event_id)
         values = schema.run_values(row)

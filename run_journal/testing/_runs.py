@@ -116,6 +116,15 @@ class RunTests(StoreSuiteBase):
         assert kept is not None
         assert kept.status == RunStatus.RUNNING
 
+    async def test_put_run_close_with_a_terminal_among_the_events_writes_only_the_events(
+        self, store: RunEventStore
+    ) -> None:
+        failed = new_event("t", "r", "run.error", "error", event_id="failed")
+        terminal = new_event("t", "r", "run.end", "outputs", event_id="end")
+        row = RunRow(run_id="r", thread_id="t", status=RunStatus.SUCCESS)
+        assert not await store.put_run_close([failed], terminal, row)
+        assert [e.event_id for e in await read_all(store, "t")] == ["failed"]
+
     async def test_put_run_close_refuses_a_row_of_another_thread_after_the_events(
         self, store: RunEventStore
     ) -> None:
