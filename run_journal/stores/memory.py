@@ -16,6 +16,7 @@ import asyncio
 import threading
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Final
 
 from run_journal.catalog import TERMINAL_RUN_EVENTS
 from run_journal.envelope import NewEvent, RunEvent, dumps, utc_now, validate_id
@@ -32,6 +33,8 @@ from run_journal.stores.base import (
     exclusive_set,
     expand_event_types,
 )
+
+_TERMINAL_TYPES: Final = exclusive_set("run.end", TERMINAL_RUN_EVENTS)
 
 
 class MemoryRunEventStore(RunEventStore):
@@ -63,7 +66,9 @@ class MemoryRunEventStore(RunEventStore):
     async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
         """One locked step: no reader sees the run's last events without its end and its row."""
         batch = [item if type(item) is NewEvent else as_new_event(item) for item in events]
-        types = exclusive_set(terminal.event_type, TERMINAL_RUN_EVENTS)
+        types = _TERMINAL_TYPES if terminal.event_type in TERMINAL_RUN_EVENTS else exclusive_set(
+            terminal.event_type, TERMINAL_RUN_EVENTS
+        )
         row_json = dumps(row.to_dict())
         with self._lock:
             self._check_open()
@@ -77,20 +82,21 @@ class MemoryRunEventStore(RunEventStore):
         return True
 
     def _append_locked(self, batch: Sequence[NewEvent], *, results: bool = True) -> list[RunEvent]:
-        touched: set[str] = set()
+        touched: dict[str, ThreadEvents] = {}
         written = []
+        threads = self._threads
         for event in batch:
-            thread = self._threads[event.thread_id]
+            thread = threads[event.thread_id]
             record = thread.by_event_id.get(event.event_id)
             if record is None:  # a new write: its result may share the writer's payload objects
                 record = thread.add(event)
-                touched.add(event.thread_id)
+                touched[event.thread_id] = thread
                 if results:
                     written.append(RunEvent.stored(event, record.seq))
             elif results:
                 written.append(record.to_event())
-        for thread_id in touched:
-            self._threads[thread_id].wake()
+        for thread in touched.values():
+            thread.wake()
         return written
 
     def _put_if_absent_locked(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
