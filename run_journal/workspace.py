@@ -21,250 +21,42 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import fnmatch
-import hashlib
-import os
-import stat
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any, Final, Protocol
 
 from run_journal.envelope import JsonObject, dumps
+from run_journal.workspace_scan import (
+    SENSITIVE_DIRS,
+    SENSITIVE_PATTERNS,
+    SKIPPED_DIRS,
+    FileState,
+    Key,
+    WorkspaceLimits,
+    WorkspaceSnapshot,
+    is_sensitive,
+)
+
+__all__ = [
+    "PAYLOAD_BUDGET",
+    "PAYLOAD_VERSION",
+    "SENSITIVE_DIRS",
+    "SENSITIVE_PATTERNS",
+    "SKIPPED_DIRS",
+    "FileState",
+    "WorkspaceLimits",
+    "WorkspaceSnapshot",
+    "arecord_workspace_changes",
+    "is_sensitive",
+    "record_workspace_changes",
+    "summary_line",
+    "unified_diff",
+    "workspace_changes",
+]
 
 PAYLOAD_VERSION: Final = 1
 PAYLOAD_BUDGET: Final = 768 * 1024
 """Bytes of serialized payload kept; beyond it the largest diffs are dropped (metadata caps at 1 MiB)."""
-SKIPPED_DIRS: Final = frozenset({
-    ".git", ".hg", ".svn", ".bzr", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache",
-    ".pytest_cache", ".ruff_cache", ".hypothesis", ".tox", ".nox", ".cache", ".eggs", "build", "dist",
-    ".next", ".nuxt", ".parcel-cache", ".turbo", ".gradle", ".terraform", "site-packages",
-})
-"""Folder names never descended into (plus ``*.egg-info`` and any folder holding ``pyvenv.cfg``)."""
-SENSITIVE_DIRS: Final = frozenset({".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker"})
-SENSITIVE_PATTERNS: Final = (
-    ".env", ".env.*", "*.env", ".envrc", "*.pem", "*.key", "*.p12", "*.pfx", "*.keystore", "*.jks",
-    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".netrc", ".pgpass", ".htpasswd", "*.kdbx",
-    "*secret*", "*token*", "*password*", "*passwd*", "*credential*",
-)
-"""Lower-cased file-name patterns treated as secrets (listed, never read)."""
-_SNIFF_BYTES: Final = 8192
-_READ_CHUNK: Final = 1024 * 1024
-_OPEN_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-
-
-@dataclass(frozen=True, slots=True)
-class WorkspaceLimits:
-    """Every bound a snapshot and a payload respect; all are recorded in the payload's ``limits``."""
-
-    max_files: int = 10_000
-    """Files (and symlinks) scanned per snapshot; past it the snapshot is incomplete."""
-    max_file_bytes: int = 256 * 1024
-    """Largest text file whose content a snapshot keeps (larger ones are hashed, not diffed)."""
-    max_diff_bytes_per_file: int = 32 * 1024
-    max_total_diff_bytes: int = 256 * 1024
-    max_listed_files: int = 500
-    """Changed files listed in the payload; the summary still counts every change."""
-    max_snapshot_text_bytes: int = 64 * 1024 * 1024
-    """Text kept by one snapshot in total (its memory bound)."""
-    max_hash_bytes: int = 64 * 1024 * 1024
-    """Larger files are compared by size and mtime instead of sha256."""
-
-    def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"WorkspaceLimits.{name} must be a positive integer, got {value!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class FileState:
-    """What a snapshot knows about one path. Sensitive files carry only size and mtime."""
-
-    size: int
-    mtime_ns: int
-    sha256: str | None = None
-    text: str | None = None
-    binary: bool = False
-    sensitive: bool = False
-    link_target: str | None = None
-    text_omitted: bool = False
-    """A text file whose content was not kept (over a limit): it can be compared but not diffed."""
-
-    @property
-    def symlink(self) -> bool:
-        return self.link_target is not None
-
-    def same_as(self, other: FileState) -> bool:
-        if self.symlink or other.symlink:
-            return self.link_target == other.link_target
-        if self.sha256 is not None and other.sha256 is not None:
-            return self.sha256 == other.sha256
-        return (self.size, self.mtime_ns) == (other.size, other.mtime_ns)
-
-
-Key = tuple[str, str]
-"""(root, path relative to the root with ``/`` separators)."""
-
-
-@dataclass(frozen=True)
-class WorkspaceSnapshot:
-    """The state of some folders at one moment. Immutable; compare two with ``workspace_changes``."""
-
-    roots: tuple[str, ...]
-    files: Mapping[Key, FileState]
-    limits: WorkspaceLimits = field(default_factory=WorkspaceLimits)
-    complete: bool = True
-    """False when ``max_files`` stopped the scan; paths after ``cutoff`` are then unknown."""
-    cutoff: tuple[int, tuple[str, ...]] | None = None
-    unreadable: int = 0
-
-    @classmethod
-    def capture(
-        cls, roots: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
-        *, limits: WorkspaceLimits | None = None,
-    ) -> WorkspaceSnapshot:
-        """Scan ``roots`` now (blocking; from async code use :meth:`acapture`)."""
-        return _Scanner(_as_roots(roots), limits or WorkspaceLimits()).run()
-
-    @classmethod
-    async def acapture(
-        cls, roots: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
-        *, limits: WorkspaceLimits | None = None,
-    ) -> WorkspaceSnapshot:
-        """:meth:`capture` in a worker thread, so the event loop keeps running meanwhile."""
-        return await asyncio.to_thread(cls.capture, roots, limits=limits)
-
-    def order(self, key: Key) -> tuple[int, tuple[str, ...]]:
-        """The scan order of a path: root position, then path parts (a sorted depth-first walk)."""
-        root, path = key
-        position = self.roots.index(root) if root in self.roots else len(self.roots)
-        return position, tuple(path.split("/"))
-
-    def knows(self, key: Key) -> bool:
-        """Whether the scan reached ``key``'s place (an incomplete scan knows nothing after cutoff)."""
-        return self.complete or self.cutoff is None or self.order(key) <= self.cutoff
-
-
-def _as_roots(roots: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
-    items = [roots] if isinstance(roots, str | os.PathLike) else list(roots)
-    return tuple(dict.fromkeys(os.path.abspath(os.fspath(item)) for item in items))
-
-
-def is_sensitive(parts: tuple[str, ...]) -> bool:
-    """Whether a relative path looks like it holds a secret (by its name or a parent folder)."""
-    name = parts[-1].lower()
-    if any(part.lower() in SENSITIVE_DIRS for part in parts[:-1]):
-        return True
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in SENSITIVE_PATTERNS)
-
-
-def _skipped_dir(name: str, path: str) -> bool:
-    return (
-        name in SKIPPED_DIRS
-        or name.endswith(".egg-info")
-        or os.path.exists(os.path.join(path, "pyvenv.cfg"))
-    )
-
-
-class _Scanner:
-    """A sorted depth-first walk that never follows a symlink and stops at ``max_files``."""
-
-    def __init__(self, roots: tuple[str, ...], limits: WorkspaceLimits) -> None:
-        self.roots = roots
-        self.limits = limits
-        self.files: dict[Key, FileState] = {}
-        self.text_budget = limits.max_snapshot_text_bytes
-        self.unreadable = 0
-
-    def run(self) -> WorkspaceSnapshot:
-        last: tuple[int, tuple[str, ...]] = (-1, ())
-        for position, root in enumerate(self.roots):
-            stack: list[tuple[tuple[str, ...], str, str]] = [((), root, "dir")]
-            while stack:
-                parts, path, kind = stack.pop()
-                if kind == "dir":
-                    stack.extend(reversed(self._children(parts, path)))
-                    continue
-                if len(self.files) >= self.limits.max_files:
-                    return self._snapshot(complete=False, cutoff=last)
-                state = self._state(parts, path, kind)
-                if state is not None:
-                    self.files[(root, "/".join(parts))] = state
-                    last = (position, parts)
-        return self._snapshot(complete=True, cutoff=None)
-
-    def _snapshot(self, *, complete: bool, cutoff: tuple[int, tuple[str, ...]] | None) -> WorkspaceSnapshot:
-        return WorkspaceSnapshot(
-            self.roots, dict(self.files), self.limits, complete, cutoff, self.unreadable
-        )
-
-    def _children(self, parts: tuple[str, ...], path: str) -> list[tuple[tuple[str, ...], str, str]]:
-        try:
-            with os.scandir(path) as entries:
-                found = sorted(entries, key=lambda entry: entry.name)
-        except FileNotFoundError:
-            return []  # a root that does not exist (yet) is an empty folder
-        except OSError:
-            self.unreadable += 1
-            return []
-        children = []
-        for entry in found:
-            try:
-                if entry.is_symlink():
-                    children.append(((*parts, entry.name), entry.path, "link"))
-                elif entry.is_dir(follow_symlinks=False):
-                    if not _skipped_dir(entry.name, entry.path):
-                        children.append(((*parts, entry.name), entry.path, "dir"))
-                elif entry.is_file(follow_symlinks=False):
-                    children.append(((*parts, entry.name), entry.path, "file"))
-            except OSError:
-                self.unreadable += 1
-        return children
-
-    def _state(self, parts: tuple[str, ...], path: str, kind: str) -> FileState | None:
-        sensitive = is_sensitive(parts)
-        try:
-            info = os.lstat(path)
-            if kind == "link":
-                target = os.readlink(path)
-                return FileState(info.st_size, info.st_mtime_ns, sensitive=sensitive, link_target=target)
-            if sensitive:
-                return FileState(info.st_size, info.st_mtime_ns, sensitive=True)
-            return self._read(path)
-        except FileNotFoundError:
-            return None  # removed while we scanned: the next snapshot will say so
-        except OSError:
-            self.unreadable += 1
-            return None
-
-    def _read(self, path: str) -> FileState | None:
-        descriptor = os.open(path, _OPEN_FLAGS)
-        with os.fdopen(descriptor, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                return None  # swapped for a FIFO or device since the listing: never read those
-            size = info.st_size
-            head = handle.read(_SNIFF_BYTES)
-            binary = b"\0" in head
-            if size > self.limits.max_hash_bytes:
-                return FileState(size, info.st_mtime_ns, binary=binary, text_omitted=not binary)
-            digest = hashlib.sha256(head)
-            keep = not binary and size <= self.limits.max_file_bytes and size <= self.text_budget
-            kept = [head] if keep else []
-            while chunk := handle.read(_READ_CHUNK):
-                digest.update(chunk)
-                if keep:
-                    kept.append(chunk)
-        text = None
-        if keep:
-            try:
-                text = b"".join(kept).decode("utf-8")
-                self.text_budget -= size
-            except UnicodeDecodeError:
-                binary = True
-        omitted = not binary and text is None
-        return FileState(size, info.st_mtime_ns, digest.hexdigest(), text, binary, text_omitted=omitted)
-
-
 # -- comparing two snapshots -------------------------------------------------------------------
 
 
