@@ -100,6 +100,7 @@ class EventWriter(WriterFlush):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._thread: threading.Thread | None = None
+        self._close_lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None  # the drain task in progress, if any
         self._draining = False  # a drain runs (in that task, or in a flush on the writer's loop)
         self._wakeup: asyncio.Handle | None = None  # the batch timer, or a drain due at once
@@ -151,6 +152,10 @@ class EventWriter(WriterFlush):
             return False
         if threading.get_ident() == self._loop_thread:
             return self.needs_room()
+        loop = self._loop
+        if loop is not None:  # ask for a drain now: the batch timer may be far off
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the stall check below ends this
+                loop.call_soon_threadsafe(self._drain_now)
         with self._room:
             self._waiting_threads += 1
             try:
@@ -240,7 +245,6 @@ class EventWriter(WriterFlush):
                 await self._write_row(store, force=False)
         if store is not None and self._failure is None and (force_row or self._row_dirty):
             await self._write_row(store, force=force_row)
-        self._wake_waiters()
 
     async def _write_batch(
         self, store: RunEventStore, items: list[QueueItem], events: list[NewEvent]

@@ -11,6 +11,7 @@ Closing also stops a private writer thread and closes a store the journal opened
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -50,6 +51,7 @@ class WriterFlush:
     _loop: asyncio.AbstractEventLoop | None
     _loop_thread: int | None
     _thread: threading.Thread | None
+    _close_lock: threading.Lock
 
     def _wake_waiters(self) -> None:
         written = self._counts["written"] + self._counts["superseded"]  # every submission handled
@@ -76,6 +78,9 @@ class WriterFlush:
         return error
 
     async def _flush_here(self, closing: bool) -> None:
+        if self._finished:  # a flush handed over while a close finished the writer
+            self._check_finished_writer()
+            return
         with self._lock:
             target = self._submitted()
             self._failure = None  # every flush gives a failed store another chance
@@ -100,18 +105,28 @@ class WriterFlush:
                 raise
             if closing:
                 await self._stop_draining()
-        finally:
-            if closing and self._owns_store and self._store is not None:
-                await self._store.aclose()
+        except asyncio.CancelledError:  # the drain goes on without this flush (and keeps the store)
+            waiter.cancel()
+            raise
 
     async def _stop_draining(self) -> None:
-        """Closing, once its waiter is settled: let a drain task still running finish (shielded: a
-        cancelled close leaves it running), then no drain starts again."""
-        while self._task is not None:
-            await asyncio.shield(self._task)
+        """Closing, once its waiter is settled: let a drain still running finish (a task, shielded,
+        or another flush's drain in place), write what arrived meanwhile, then no drain starts
+        again and a store opened from a URL is closed (once)."""
+        while self._task is not None or self._draining:
+            if self._task is not None:
+                await asyncio.shield(self._task)
+            else:
+                await asyncio.sleep(0.001)  # another flush drains in place; it ends on its own
+        if self._queue and self._failure is None and self._crash is None:
+            await self._drain_here()
         self._cancel_wakeup()
         self._finished = True
         self._wake_waiters()
+        store = self._store if self._owns_store else None
+        if store is not None:
+            self._store = None
+            await store.aclose()
 
     async def _drain_here(self) -> None:
         """The flush drains in its own task (it runs on the writer's loop): no hand-off to a writer
@@ -183,8 +198,19 @@ class WriterFlush:
         ready.set()
         try:
             self._loop.run_forever()  # stopped by flush(closing=True) once the writer is done
+            self._finish_handed_over(self._loop)
         finally:
             self._loop.close()
+
+    @staticmethod
+    def _finish_handed_over(loop: asyncio.AbstractEventLoop) -> None:
+        """Flushes handed over from other threads while a close stopped the loop: let them return
+        (the writer is finished: at once, or saying what is unwritten) instead of hanging."""
+        loop.run_until_complete(asyncio.sleep(0))  # callbacks queued as the loop stopped
+        while pending := asyncio.all_tasks(loop):
+            loop.run_until_complete(asyncio.wait(pending, timeout=5.0))
+            if any(not task.done() for task in pending):
+                break  # a store that never answers must not keep the thread alive
 
     def _poke(self) -> None:
         loop = self._loop
@@ -247,6 +273,8 @@ class WriterFlush:
             self._crash = error
             logger.exception("run-journal: the writer stopped")
             self._fail_waiters(self._crash_error())
+        else:  # settled once the whole drain is done: a flush that came mid-pass gets its row too
+            self._wake_waiters()
 
     def _row_current(self) -> bool:
         return self._status == self._row_status
@@ -263,14 +291,32 @@ class WriterFlush:
             running = None
         if running is loop:
             await self._flush_here(closing)
-        else:
-            future = asyncio.run_coroutine_threadsafe(self._flush_here(closing), loop)
-            try:
-                await asyncio.wrap_future(future)
-            finally:
-                if closing and self._thread is not None:
-                    loop.call_soon_threadsafe(loop.stop)
-                    await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+            return
+        future = self._hand_over(closing, loop)
+        if future is None:
+            return
+        await asyncio.wrap_future(future)  # a cancelled close leaves the writer's thread running
+        if closing:
+            await asyncio.get_running_loop().run_in_executor(None, self._stop_thread, loop)
+
+    def _hand_over(
+        self, closing: bool, loop: asyncio.AbstractEventLoop
+    ) -> concurrent.futures.Future[None] | None:
+        """``_flush_here`` on the writer's loop from another thread; None when a close on yet another
+        thread closed that loop meanwhile (what it left unwritten, if anything, is raised)."""
+        work = self._flush_here(closing)
+        try:
+            return asyncio.run_coroutine_threadsafe(work, loop)
+        except RuntimeError:
+            work.close()
+            self._check_finished_writer()
+            return None
+
+    def _stop_thread(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._thread is not None:
+            with contextlib.suppress(RuntimeError):  # closed already by another close
+                loop.call_soon_threadsafe(loop.stop)
+            self._thread.join()
 
     def _live_loop(self) -> asyncio.AbstractEventLoop | None:
         """The writer's loop, to hand a flush to; None when there is nothing to flush (the writer
@@ -308,12 +354,14 @@ class WriterFlush:
                 "the journal's writer runs on this thread's event loop: use 'async with' or "
                 "'await journal.aclose()' instead of the sync form"
             )
-        loop = self._live_loop()
-        if loop is None:
-            return
-        try:
-            asyncio.run_coroutine_threadsafe(self._flush_here(True), loop).result()
-        finally:
-            if self._thread is not None:
-                loop.call_soon_threadsafe(loop.stop)
-                self._thread.join()
+        with self._close_lock:  # a second close waits for the first, then finds nothing to do
+            loop = self._live_loop()
+            if loop is None:
+                return
+            future = self._hand_over(True, loop)
+            if future is None:
+                return
+            try:
+                future.result()
+            finally:
+                self._stop_thread(loop)

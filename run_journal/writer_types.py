@@ -26,6 +26,10 @@ class RetryPolicy:
     max_delay: float = 2.0
     multiplier: float = 2.0
 
+    def __post_init__(self) -> None:
+        if self.attempts < 1 or self.initial_delay < 0 or self.max_delay < 0 or self.multiplier < 1:
+            raise ValueError("RetryPolicy needs attempts >= 1, delays >= 0 and multiplier >= 1")
+
     def delay(self, attempt: int) -> float:
         return float(min(self.max_delay, self.initial_delay * self.multiplier**attempt))
 
