@@ -100,7 +100,10 @@ class EventWriter(WriterFlush):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._thread: threading.Thread | None = None
-        self._close_lock = threading.Lock()
+        self._close_lock = threading.Lock()  # sync closes, one at a time
+        self._handover_lock = threading.Lock()  # flushes handed to the private thread's loop
+        self._handover_closed = False
+        self._stop_requested = False
         self._task: asyncio.Task[None] | None = None  # the drain task in progress, if any
         self._draining = False  # a drain runs (in that task, or in a flush on the writer's loop)
         self._wakeup: asyncio.Handle | None = None  # the batch timer, or a drain due at once

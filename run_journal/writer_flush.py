@@ -52,6 +52,9 @@ class WriterFlush:
     _loop_thread: int | None
     _thread: threading.Thread | None
     _close_lock: threading.Lock
+    _handover_lock: threading.Lock
+    _handover_closed: bool
+    _stop_requested: bool
 
     def _wake_waiters(self) -> None:
         written = self._counts["written"] + self._counts["superseded"]  # every submission handled
@@ -105,6 +108,8 @@ class WriterFlush:
                 raise
             if closing:
                 await self._stop_draining()
+                if self._failure is not None:  # what arrived during the close could not be written
+                    raise self._error(self._failure)
         except asyncio.CancelledError:  # the drain goes on without this flush (and keeps the store)
             waiter.cancel()
             raise
@@ -197,7 +202,9 @@ class WriterFlush:
         self._loop_thread = threading.get_ident()
         ready.set()
         try:
-            self._loop.run_forever()  # stopped by flush(closing=True) once the writer is done
+            self._loop.run_forever()  # stopped by a close once the writer is finished
+            with self._handover_lock:
+                self._handover_closed = True  # from now on a flush from another thread returns
             self._finish_handed_over(self._loop)
         finally:
             self._loop.close()
@@ -206,11 +213,15 @@ class WriterFlush:
     def _finish_handed_over(loop: asyncio.AbstractEventLoop) -> None:
         """Flushes handed over from other threads while a close stopped the loop: let them return
         (the writer is finished: at once, or saying what is unwritten) instead of hanging."""
-        loop.run_until_complete(asyncio.sleep(0))  # callbacks queued as the loop stopped
-        while pending := asyncio.all_tasks(loop):
-            loop.run_until_complete(asyncio.wait(pending, timeout=5.0))
-            if any(not task.done() for task in pending):
-                break  # a store that never answers must not keep the thread alive
+        for _ in range(10):  # bounded: a store that never answers must not keep the thread alive
+            try:
+                loop.run_until_complete(asyncio.sleep(0))  # callbacks queued as the loop stopped
+                pending = asyncio.all_tasks(loop)
+                if not pending:
+                    return
+                loop.run_until_complete(asyncio.wait(pending, timeout=5.0))
+            except RuntimeError:  # a late stop from a concurrent close: go round again
+                continue
 
     def _poke(self) -> None:
         loop = self._loop
@@ -282,41 +293,41 @@ class WriterFlush:
     # -- flush / close (any loop or thread) -------------------------------------------------------
     async def flush(self, *, closing: bool = False) -> None:
         """Write everything queued so far and the run row; ``JournalError`` if the store refuses."""
-        loop = self._live_loop()
-        if loop is None:
-            return
+        on_writer_loop = self._loop is not None and asyncio.get_running_loop() is self._loop
         try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            await self._flush_here(closing)
-            return
-        future = self._hand_over(closing, loop)
-        if future is None:
-            return
-        await asyncio.wrap_future(future)  # a cancelled close leaves the writer's thread running
-        if closing:
-            await asyncio.get_running_loop().run_in_executor(None, self._stop_thread, loop)
+            loop = self._live_loop()
+            if loop is not None and on_writer_loop:
+                await self._flush_here(closing)
+                return
+            future = None if loop is None else self._hand_over(closing, loop)
+            if future is not None:
+                await asyncio.wrap_future(future)
+        finally:  # a close cancelled before the writer finished leaves its thread running
+            if closing and not on_writer_loop and self._finished and self._thread is not None:
+                await asyncio.get_running_loop().run_in_executor(None, self._stop_thread)
 
     def _hand_over(
         self, closing: bool, loop: asyncio.AbstractEventLoop
     ) -> concurrent.futures.Future[None] | None:
         """``_flush_here`` on the writer's loop from another thread; None when a close on yet another
         thread closed that loop meanwhile (what it left unwritten, if anything, is raised)."""
-        work = self._flush_here(closing)
-        try:
-            return asyncio.run_coroutine_threadsafe(work, loop)
-        except RuntimeError:
-            work.close()
-            self._check_finished_writer()
-            return None
+        with self._handover_lock:
+            if not self._handover_closed:
+                return asyncio.run_coroutine_threadsafe(self._flush_here(closing), loop)
+        self._check_finished_writer()
+        return None
 
-    def _stop_thread(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._thread is not None:
-            with contextlib.suppress(RuntimeError):  # closed already by another close
+    def _stop_thread(self) -> None:
+        """Stop the private writer thread's loop (once, whoever asks) and wait for the thread."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        with self._handover_lock:
+            stop, self._stop_requested = not self._stop_requested, True
+        if stop:
+            with contextlib.suppress(RuntimeError):  # the loop is closed already
                 loop.call_soon_threadsafe(loop.stop)
-            self._thread.join()
+        thread.join()
 
     def _live_loop(self) -> asyncio.AbstractEventLoop | None:
         """The writer's loop, to hand a flush to; None when there is nothing to flush (the writer
@@ -355,13 +366,11 @@ class WriterFlush:
                 "'await journal.aclose()' instead of the sync form"
             )
         with self._close_lock:  # a second close waits for the first, then finds nothing to do
-            loop = self._live_loop()
-            if loop is None:
-                return
-            future = self._hand_over(True, loop)
-            if future is None:
-                return
             try:
-                future.result()
+                loop = self._live_loop()
+                future = None if loop is None else self._hand_over(True, loop)
+                if future is not None:
+                    future.result()
             finally:
-                self._stop_thread(loop)
+                if self._finished:
+                    self._stop_thread()

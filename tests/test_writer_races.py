@@ -165,3 +165,79 @@ async def test_a_producer_thread_over_the_limit_asks_the_writer_to_drain() -> No
 def test_a_retry_policy_that_cannot_work_is_refused(options: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="RetryPolicy"):
         RetryPolicy(**options)
+
+
+def test_a_failed_close_from_another_loop_still_stops_the_private_thread() -> None:
+    class Down(MemoryRunEventStore):
+        async def _append(self, batch: Any) -> Any:
+            raise ConnectionError("store down")
+
+    writer = EventWriter(Down(), Rows(), flush_interval=0.02, retry=FAST)
+    writer.submit(event(1))  # no running loop: a private writer thread
+    thread = writer._thread
+    assert thread is not None
+    with pytest.raises(JournalError, match="store down"):
+        asyncio.run(writer.flush(closing=True))
+    thread.join(2)
+    assert not thread.is_alive()
+    with pytest.raises(JournalError, match="store down"):  # and it still says what is unwritten
+        writer.close_blocking()
+
+
+async def test_a_close_reports_events_that_arrived_during_it_and_could_not_be_written() -> None:
+    class Failing(MemoryRunEventStore):
+        down = False
+
+        async def _append(self, batch: Any) -> Any:
+            if self.down:
+                raise ConnectionError("store down")
+            return await super()._append(batch)
+
+        async def put_run(self, row: RunRow) -> RunRow:
+            if row.message_count == 2:  # while the close writes the row: one more event, then down
+                writer.submit(event(3))
+                self.down = True
+            await asyncio.sleep(0.02)
+            return await super().put_run(row)
+
+    store, rows = Failing(), Rows()
+    writer = EventWriter(store, rows, flush_interval=10, retry=FAST)
+    writer.submit(event(1))
+    await writer.flush()
+    rows.count = 2
+    writer.submit(event(2))
+    with pytest.raises(JournalError, match="store down"):
+        await writer.flush(closing=True)
+    assert [e.event_id for e in writer.unwritten()] == ["e3"]
+
+
+def test_concurrent_closes_and_flushes_from_threads_never_crash_the_writer_thread() -> None:
+    crashes: list[BaseException] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: crashes.append(args.exc_value)  # type: ignore[assignment,return-value]  # collects, returns None
+    try:
+        for _ in range(60):
+            writer = EventWriter(MemoryRunEventStore(), Rows(), flush_interval=0.001)
+            writer.submit(start())
+            barrier = threading.Barrier(4)
+
+            def run(action: str, target: EventWriter = writer, gate: threading.Barrier = barrier) -> None:
+                gate.wait()
+                if action == "close":
+                    target.close_blocking()
+                else:
+                    asyncio.run(target.flush(closing=action == "aclose"))
+
+            threads = [threading.Thread(target=run, args=(action,), daemon=True)
+                       for action in ("aclose", "aclose", "flush", "close")]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(5)
+            assert not any(thread.is_alive() for thread in threads)
+            assert writer._thread is not None
+            writer._thread.join(5)
+            assert not writer._thread.is_alive()
+    finally:
+        threading.excepthook = previous
+    assert crashes == []
