@@ -56,15 +56,18 @@ class WriterFlush:
     _handover_closed: bool
     _stop_requested: bool
 
-    def _wake_waiters(self) -> None:
+    def _wake_waiters(self, error: JournalError | None = None) -> None:
+        """Settle the flushes whose events are all handled; every one with ``error``, or with the
+        store's failure if there is one."""
         written = self._counts["written"] + self._counts["superseded"]  # every submission handled
-        failure = self._failure
+        if error is None and self._failure is not None:
+            error = self._error(self._failure)
         keep: list[tuple[int, asyncio.Future[None]]] = []
         for target, waiter in self._waiters:
             if waiter.done():
                 continue
-            if failure is not None:
-                waiter.set_exception(self._error(failure))
+            if error is not None:
+                waiter.set_exception(error)
             elif written >= target:
                 waiter.set_result(None)
             else:
@@ -159,12 +162,6 @@ class WriterFlush:
             self._urgent = True  # a flush waits: drain at once and write the row
         if pending or self._urgent:
             self._schedule()
-
-    def _fail_waiters(self, error: BaseException) -> None:
-        for _, waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_exception(error)
-        self._waiters = []
 
     # EventWriter's (declared for the type checker)
     flush_interval: float
@@ -283,7 +280,7 @@ class WriterFlush:
         except Exception as error:  # a writer bug: flush() reports it, the run goes on
             self._crash = error
             logger.exception("run-journal: the writer stopped")
-            self._fail_waiters(self._crash_error())
+            self._wake_waiters(self._crash_error())
         else:  # settled once the whole drain is done: a flush that came mid-pass gets its row too
             self._wake_waiters()
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from run_journal import journal_payloads as p
+from run_journal import normalization
 from run_journal.envelope import NewEvent, Normalized
 from run_journal.normalization import encode
 from run_journal.redact import redact_secrets
@@ -64,7 +65,7 @@ def test_run_end_content_keeps_items_that_are_not_payloads_in_the_plain_form() -
 def test_a_payload_built_from_its_text_decodes_only_when_asked() -> None:
     payload = Normalized.from_text('{"a":[1,"é"]}')
     assert payload.text == '{"a":[1,"é"]}'
-    assert payload._value is not None  # still the undecoded marker
+    assert payload._value is normalization._UNDECODED_VALUE  # nothing decoded yet
     assert payload.value == {"a": [1, "é"]}
     assert payload.value is payload.value  # decoded once
     event = NewEvent(thread_id="t", run_id="r", event_type="llm.ai.response", category="message",

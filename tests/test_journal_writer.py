@@ -230,7 +230,7 @@ async def test_the_batch_timer_writes_a_running_run_and_leaves_no_task_behind(st
     assert status_of(await stored(store, journal)) == RunStatus.CANCELLED
 
 
-async def test_close_on_the_writers_loop_drains_in_place(store: RunEventStore) -> None:
+async def test_close_after_ainvoke_writes_the_end_and_leaves_no_writer_task(store: RunEventStore) -> None:
     journal = RunJournal(store, thread_id="in-place")
     await one_node_graph().ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
     await journal.aclose()

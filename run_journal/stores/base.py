@@ -91,6 +91,8 @@ def exclusive_set(event_type: str, exclusive_types: Collection[str] | None) -> t
     """The event types ``put_if_absent`` checks: ``exclusive_types`` plus the event's own, sorted."""
     if exclusive_types is None:
         return (event_type,)
+    if exclusive_types is TERMINAL_RUN_EVENTS and event_type in TERMINAL_RUN_EVENTS:
+        return _TERMINAL_TYPES  # every run's end: built once
     if isinstance(exclusive_types, str):
         raise TypeError("exclusive_types must be a collection of event types, not a single string")
     names = set(exclusive_types)
@@ -385,3 +387,6 @@ def metadata_task_id(metadata: JsonObject) -> str | None:
     """The ``task_id`` a row is filed under (subagent events carry it in metadata)."""
     task_id = metadata.get("task_id")
     return task_id if isinstance(task_id, str) else None
+
+
+_TERMINAL_TYPES: Final = tuple(sorted(TERMINAL_RUN_EVENTS))

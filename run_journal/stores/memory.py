@@ -16,7 +16,6 @@ import asyncio
 import threading
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Final
 
 from run_journal.catalog import TERMINAL_RUN_EVENTS
 from run_journal.envelope import NewEvent, RunEvent, dumps, utc_now, validate_id
@@ -33,8 +32,6 @@ from run_journal.stores.base import (
     exclusive_set,
     expand_event_types,
 )
-
-_TERMINAL_TYPES: Final = exclusive_set("run.end", TERMINAL_RUN_EVENTS)
 
 
 class MemoryRunEventStore(RunEventStore):
@@ -65,10 +62,8 @@ class MemoryRunEventStore(RunEventStore):
 
     async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
         """One locked step: no reader sees the run's last events without its end and its row."""
-        batch = [item if type(item) is NewEvent else as_new_event(item) for item in events]
-        types = _TERMINAL_TYPES if terminal.event_type in TERMINAL_RUN_EVENTS else exclusive_set(
-            terminal.event_type, TERMINAL_RUN_EVENTS
-        )
+        batch = [as_new_event(item) for item in events]
+        types = exclusive_set(terminal.event_type, TERMINAL_RUN_EVENTS)
         row_json = dumps(row.to_dict())
         with self._lock:
             self._check_open()
