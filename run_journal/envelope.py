@@ -138,12 +138,29 @@ class NewEvent(_Frozen):
     @classmethod
     def _checked_by_producer(
         cls, thread_id: str, run_id: str, event_type: str, category: str, content: Any,
-        metadata: Mapping[str, Any] | None, created_at: datetime, user_id: str | None,
+        metadata: Mapping[str, Any], created_at: datetime, user_id: str | None,
     ) -> NewEvent:
         """For a producer that validated its ids once and takes ``category`` from the catalog (the
-        journal): the payload rules, caps and encoding still apply; the per-event checks do not."""
+        journal): the payload rules, caps and encoding still apply; the per-event checks do not.
+        An event far below every limit and with no ``task_id`` is filled without the checks."""
         event: NewEvent = _new_record(cls)
-        event._fill(thread_id, run_id, event_type, category, content, metadata, created_at, None, user_id)
+        metadata_json = encode(metadata)
+        content_json = content.text if type(content) is Normalized else encode(content)
+        if len(content_json) > _SURELY_SMALL or len(metadata_json) > _SURELY_SMALL \
+                or '"task_id"' in metadata_json:
+            event._fill_encoded(thread_id, run_id, event_type, category, content_json, metadata_json,
+                                created_at, None, user_id)
+            return event
+        _SET_THREAD_ID(event, thread_id)
+        _SET_RUN_ID(event, run_id)
+        _SET_EVENT_TYPE(event, event_type)
+        _SET_CATEGORY(event, category)
+        _SET_CREATED_AT(event, created_at)
+        _SET_EVENT_ID(event, new_event_id())
+        _SET_USER_ID(event, user_id)
+        _SET_CONTENT_JSON(event, content_json)
+        _SET_METADATA_JSON(event, metadata_json)
+        _SET_TASK_ID(event, None)
         return event
 
     def _fill(
@@ -159,6 +176,13 @@ class NewEvent(_Frozen):
             raise ValueError(f"metadata must be a mapping, got {type(metadata).__name__}")
         # a payload its producer normalized and encoded already is written as is
         content_json = content.text if type(content) is Normalized else encode(content)
+        self._fill_encoded(thread_id, run_id, event_type, category, content_json, metadata_json,
+                           created_at, event_id, user_id)
+
+    def _fill_encoded(
+        self, thread_id: str, run_id: str, event_type: str, category: str, content_json: str,
+        metadata_json: str, created_at: datetime, event_id: str | None, user_id: str | None,
+    ) -> None:
         limit = CONTENT_LIMITS[category]  # type: ignore[index]  # a validated category name
         if len(content_json) > limit // 4 and len(content_json.encode("utf-8")) > limit:
             content_value, content_json, metadata_value = cap_content(
@@ -208,6 +232,8 @@ NewEvent._FIELDS = (
 
 
 _new_record = object.__new__
+_SURELY_SMALL: Final = min(min(CONTENT_LIMITS.values()), METADATA_LIMIT) // 4
+"""JSON text no longer than this (characters) is under every byte limit, whatever its characters."""
 
 
 def _column(index: int, doc: str) -> Any:

@@ -54,6 +54,8 @@ __all__ = ["DeferredEvent", "EventWriter", "JournalError", "JournalStats", "Retr
 logger = logging.getLogger("run_journal")
 STALL_TIMEOUT: Final = 1.0
 """Seconds a blocked producer waits for the writer's progress before it stops waiting."""
+END_WRITE_DELAY: Final = 0.002
+"""Seconds the end of a run waits for the store, unless a flush comes first (``write_soon``)."""
 
 
 QueueItem = NewEvent | DeferredEvent
@@ -62,6 +64,8 @@ RowSource = Callable[[RunStatus], RunRow | None]
 
 class EventWriter(WriterFlush):
     """Owns the queue, the writer task and the loop it runs on (see the module docstring)."""
+
+    end_write_delay: float = END_WRITE_DELAY
 
     def __init__(
         self,
@@ -117,6 +121,7 @@ class EventWriter(WriterFlush):
         callbacks check it before paying for a ``throttle()`` call."""
         self._signalled = False
         self._urgent = False
+        self._ending = False
         self._closing = False
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._row_in_batch = False  # the last batch wrote the run row too (put_run_close)
@@ -139,10 +144,10 @@ class EventWriter(WriterFlush):
         self._poke()
 
     def write_soon(self) -> None:
-        """Start writing what is queued without waiting for ``flush_interval`` (the run ended:
-        nothing will join the batch, and its end should be durable as soon as possible)."""
-        with self._lock:
-            self._urgent = True
+        """The run ended: nothing will join the batch. Write it within ``END_WRITE_DELAY`` instead
+        of ``flush_interval``; a flush or close that follows at once (``async with journal``) finds
+        it still queued and writes it in place, without a drain task."""
+        self._ending = True
         self._poke()
 
     def throttle(self) -> bool:
@@ -229,8 +234,11 @@ class EventWriter(WriterFlush):
             if not await self._attempt(functools.partial(self._write_batch, store, items, events)):
                 break
             with self._room:
-                for _ in items:
-                    self._queue.popleft()
+                if len(items) == len(self._queue):
+                    self._queue.clear()
+                else:
+                    for _ in items:
+                        self._queue.popleft()
                 self._counts["written"] += len(events)
                 self._counts["superseded"] += len(items) - len(events)
                 self._counts["batches"] += 1
@@ -239,8 +247,10 @@ class EventWriter(WriterFlush):
                     self._room.notify_all()
             if self._waiting_tasks:
                 self._room_event.set()
-            for event in events:
-                self._status = STATUS_AFTER.get(event.event_type, self._status)
+            for event in reversed(events):  # the last lifecycle event of the batch says where the run is
+                if (status := STATUS_AFTER.get(event.event_type)) is not None:
+                    self._status = status
+                    break
             if self._row_in_batch:
                 self._row_written()
             else:

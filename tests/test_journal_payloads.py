@@ -120,3 +120,16 @@ def test_a_payload_survives_copy_and_pickle_before_and_after_decoding() -> None:
             assert clone.text == payload.text
             assert clone.value == {"k": ["v", 2]}
     assert pickle.loads(pickle.dumps(Normalized({"a": 1}))).text == '{"a":1}'
+
+
+def test_tool_messages_are_found_in_every_shape_of_node_output() -> None:
+    from langgraph.types import Command
+
+    first = ToolMessage("1", tool_call_id="a")
+    second = ToolMessage("2", tool_call_id="b")
+    third = ToolMessage("3", tool_call_id="c")
+    assert p.tool_messages({"messages": [AIMessage("x"), first]}) == [first]  # a node's usual update
+    assert p.tool_messages([first, Command(update={"messages": [second]})]) == [first, second]
+    assert p.tool_messages({"messages": [("messages", [third])]}) == [third]
+    assert p.tool_messages([Command(update=[("messages", [first])]), second]) == [first, second]
+    assert p.tool_messages({"messages": "not a list"}) == []
