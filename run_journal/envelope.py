@@ -141,26 +141,13 @@ class NewEvent(_Frozen):
         metadata: Mapping[str, Any], created_at: datetime, user_id: str | None,
     ) -> NewEvent:
         """For a producer that validated its ids once and takes ``category`` from the catalog (the
-        journal): the payload rules, caps and encoding still apply; the per-event checks do not.
-        An event far below every limit and with no ``task_id`` is filled without the checks."""
+        journal): the payload rules, caps and encoding still apply; the per-event checks do not."""
         event: NewEvent = _new_record(cls)
-        metadata_json = encode(metadata)
-        content_json = content.text if type(content) is Normalized else encode(content)
-        if len(content_json) > _SURELY_SMALL or len(metadata_json) > _SURELY_SMALL \
-                or '"task_id"' in metadata_json:
-            event._fill_encoded(thread_id, run_id, event_type, category, content_json, metadata_json,
-                                created_at, None, user_id)
-            return event
-        _SET_THREAD_ID(event, thread_id)
-        _SET_RUN_ID(event, run_id)
-        _SET_EVENT_TYPE(event, event_type)
-        _SET_CATEGORY(event, category)
-        _SET_CREATED_AT(event, created_at)
-        _SET_EVENT_ID(event, new_event_id())
-        _SET_USER_ID(event, user_id)
-        _SET_CONTENT_JSON(event, content_json)
-        _SET_METADATA_JSON(event, metadata_json)
-        _SET_TASK_ID(event, None)
+        event._fill_encoded(
+            thread_id, run_id, event_type, category,
+            content.text if type(content) is Normalized else encode(content), encode(metadata),
+            created_at, None, user_id,
+        )
         return event
 
     def _fill(
@@ -183,6 +170,26 @@ class NewEvent(_Frozen):
         self, thread_id: str, run_id: str, event_type: str, category: str, content_json: str,
         metadata_json: str, created_at: datetime, event_id: str | None, user_id: str | None,
     ) -> None:
+        if len(content_json) > _SURELY_SMALL or len(metadata_json) > _SURELY_SMALL:  # else under every limit
+            content_json, metadata_json = self._capped(event_type, category, content_json, metadata_json)
+        # ``_content`` / ``_metadata`` stay unset (undecoded) unless the cut above decoded them
+        _SET_THREAD_ID(self, thread_id)
+        _SET_RUN_ID(self, run_id)
+        _SET_EVENT_TYPE(self, event_type)
+        _SET_CATEGORY(self, category)
+        _SET_CREATED_AT(self, created_at)
+        _SET_EVENT_ID(self, new_event_id() if event_id is None else event_id)
+        _SET_USER_ID(self, user_id)
+        _SET_CONTENT_JSON(self, content_json)
+        _SET_METADATA_JSON(self, metadata_json)
+        task_id = None if '"task_id"' not in metadata_json else self.metadata.get("task_id")
+        _SET_TASK_ID(self, task_id if isinstance(task_id, str) else None)
+
+    def _capped(
+        self, event_type: str, category: str, content_json: str, metadata_json: str
+    ) -> tuple[str, str]:
+        """Content over its category's limit cut (decoded into the record's slots); metadata over
+        ``METADATA_LIMIT`` refused."""
         limit = CONTENT_LIMITS[category]  # type: ignore[index]  # a validated category name
         if len(content_json) > limit // 4 and len(content_json.encode("utf-8")) > limit:
             content_value, content_json, metadata_value = cap_content(
@@ -196,18 +203,7 @@ class NewEvent(_Frozen):
                 f"metadata of {event_type!r} is larger than {METADATA_LIMIT} bytes; "
                 "keep large payloads in content"
             )
-        # ``_content`` / ``_metadata`` stay unset (undecoded) unless the cut above decoded them
-        _SET_THREAD_ID(self, thread_id)
-        _SET_RUN_ID(self, run_id)
-        _SET_EVENT_TYPE(self, event_type)
-        _SET_CATEGORY(self, category)
-        _SET_CREATED_AT(self, created_at)
-        _SET_EVENT_ID(self, new_event_id() if event_id is None else event_id)
-        _SET_USER_ID(self, user_id)
-        _SET_CONTENT_JSON(self, content_json)
-        _SET_METADATA_JSON(self, metadata_json)
-        task_id = None if '"task_id"' not in metadata_json else self.metadata.get("task_id")
-        _SET_TASK_ID(self, task_id if isinstance(task_id, str) else None)
+        return content_json, metadata_json
 
     @property
     def content(self) -> JsonValue:
