@@ -54,8 +54,6 @@ __all__ = ["DeferredEvent", "EventWriter", "JournalError", "JournalStats", "Retr
 logger = logging.getLogger("run_journal")
 STALL_TIMEOUT: Final = 1.0
 """Seconds a blocked producer waits for the writer's progress before it stops waiting."""
-END_WRITE_DELAY: Final = 0.002
-"""Seconds the end of a run waits for the store, unless a flush comes first (``write_soon``)."""
 
 
 QueueItem = NewEvent | DeferredEvent
@@ -64,8 +62,6 @@ RowSource = Callable[[RunStatus], RunRow | None]
 
 class EventWriter(WriterFlush):
     """Owns the queue, the writer task and the loop it runs on (see the module docstring)."""
-
-    end_write_delay: float = END_WRITE_DELAY
 
     def __init__(
         self,
@@ -121,7 +117,6 @@ class EventWriter(WriterFlush):
         callbacks check it before paying for a ``throttle()`` call."""
         self._signalled = False
         self._urgent = False
-        self._ending = False
         self._closing = False
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._row_in_batch = False  # the last batch wrote the run row too (put_run_close)
@@ -144,10 +139,10 @@ class EventWriter(WriterFlush):
         self._poke()
 
     def write_soon(self) -> None:
-        """The run ended: nothing will join the batch. Write it within ``END_WRITE_DELAY`` instead
-        of ``flush_interval``; a flush or close that follows at once (``async with journal``) finds
-        it still queued and writes it in place, without a drain task."""
-        self._ending = True
+        """Start writing what is queued without waiting for ``flush_interval`` (the run ended:
+        nothing will join the batch, and its end should be durable as soon as possible)."""
+        with self._lock:
+            self._urgent = True
         self._poke()
 
     def throttle(self) -> bool:

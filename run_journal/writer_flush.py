@@ -35,8 +35,6 @@ class WriterFlush:
     _failure: BaseException | None
     _stalled: bool
     _urgent: bool
-    _ending: bool
-    end_write_delay: float
     _closing: bool
     _waiters: list[tuple[int, asyncio.Future[None]]]
     _task: asyncio.Task[None] | None
@@ -234,25 +232,19 @@ class WriterFlush:
 
     # -- writer side (the writer's loop) ----------------------------------------------------------
     def _schedule(self) -> None:
-        """Something was queued: drain at once (a flush, a full batch), soon (the run ended) or when
-        the batch timer fires; a drain in progress picks it up. No task exists while nothing waits."""
+        """Something was queued: drain at once (the run ended, a flush, a full batch) or when the
+        batch timer fires; a drain in progress picks it up. No task exists while nothing waits."""
         if self._draining or self._finished:
             return
         loop = self._loop
         assert loop is not None  # set before the first poke
-        wakeup = self._wakeup
         if self._urgent or self._closing or len(self._queue) >= self.batch_size:
-            if isinstance(wakeup, asyncio.TimerHandle):
+            if isinstance(self._wakeup, asyncio.TimerHandle):
                 self._cancel_wakeup()
             if self._wakeup is None:
                 self._wakeup = loop.call_soon(self._drain_now)
-            return
-        delay = min(self.end_write_delay, self.flush_interval) if self._ending else self.flush_interval
-        if wakeup is not None:
-            if not isinstance(wakeup, asyncio.TimerHandle) or wakeup.when() <= loop.time() + delay:
-                return  # due sooner anyway
-            wakeup.cancel()
-        self._wakeup = loop.call_later(delay, self._drain_now)
+        elif self._wakeup is None:
+            self._wakeup = loop.call_later(self.flush_interval, self._drain_now)
 
     def _cancel_wakeup(self) -> None:
         if self._wakeup is not None:

@@ -256,29 +256,6 @@ async def test_the_end_of_a_run_is_written_soon_without_a_flush(store: RunEventS
     await journal.aclose()
 
 
-async def test_a_close_right_after_the_run_writes_the_end_without_a_drain_task(store: RunEventStore) -> None:
-    started: list[asyncio.Task[Any]] = []
-    loop = asyncio.get_running_loop()
-    create_task = loop.create_task
-
-    def watch(coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
-        task = create_task(coro, **kwargs)
-        if task.get_name() == "run-journal-writer":
-            started.append(task)
-        return task
-
-    loop.create_task = watch  # type: ignore[method-assign]  # counts the writer's drain tasks
-    try:
-        journal = RunJournal(store, thread_id="end-in-place")
-        journal._writer.end_write_delay = 5.0  # a pause of the test process must not start a drain first
-        await one_node_graph().ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
-        await journal.aclose()
-    finally:
-        del loop.create_task
-    assert started == []
-    assert status_of(await stored(store, journal)) == RunStatus.SUCCESS
-
-
 async def test_a_flush_cancelled_mid_write_leaves_the_rest_to_a_drain_task(store: RunEventStore) -> None:
     gate = asyncio.Event()
 
