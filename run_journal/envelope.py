@@ -27,24 +27,10 @@ from run_journal.normalization import (
     normalize,
 )
 
-__all__ = [
-    "CONTENT_LIMITS",
-    "INT_RANGE",
-    "MAX_DEPTH",
-    "METADATA_LIMIT",
-    "JsonObject",
-    "JsonValue",
-    "NewEvent",
-    "Normalized",
-    "RunEvent",
-    "as_utc",
-    "dumps",
-    "loads",
-    "new_event_id",
-    "normalize",
-    "sha256_hex",
-    "utc_now",
-    "validate_id",
+__all__ = [  # the record types, and the payload and id rules they apply, from one import
+    "CONTENT_LIMITS", "INT_RANGE", "MAX_DEPTH", "METADATA_LIMIT", "JsonObject", "JsonValue", "NewEvent",
+    "Normalized", "RunEvent", "as_utc", "dumps", "loads", "new_event_id", "normalize", "sha256_hex",
+    "utc_now", "validate_id",
 ]
 
 _UNDECODED: Final[Any] = object()
