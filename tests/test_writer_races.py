@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+import uuid
 from typing import Any
 
 import pytest
+from langchain_core.messages import HumanMessage
 
 import run_journal.writer as writer_module
-from run_journal import JournalError, RetryPolicy
+from run_journal import JournalError, RetryPolicy, RunEventStore, RunJournal
 from run_journal.envelope import NewEvent
 from run_journal.runs import RunRow, RunStatus
 from run_journal.stores.memory import MemoryRunEventStore
@@ -241,3 +244,38 @@ def test_concurrent_closes_and_flushes_from_threads_never_crash_the_writer_threa
     finally:
         threading.excepthook = previous
     assert crashes == []
+
+
+@pytest.mark.parametrize("yields", range(12))
+async def test_a_flush_cancelled_inside_the_driver_loses_and_repeats_nothing(
+    store: RunEventStore, yields: int
+) -> None:
+    """Cancelled after ``yields`` loop iterations: before the store call, in the hand-off to the
+    driver, while the driver writes (aiosqlite's thread, asyncpg's query, a Redis script), or after.
+    The next drain writes the batch again; every event must be stored once, in order."""
+    thread = f"cancel-in-driver-{yields}"
+    journal = RunJournal(store, thread_id=thread)
+    root = uuid.uuid4()
+    journal.on_chain_start({"name": "root"}, {"messages": [HumanMessage("hi")]}, run_id=root)
+    for index in range(20):
+        journal.record("context:memory", content={"content_sha256": f"{index:064x}"})
+    flushing = asyncio.create_task(journal.flush())
+    for _ in range(yields):
+        await asyncio.sleep(0)
+    flushing.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await flushing
+    journal.on_chain_end({"messages": []}, run_id=root)
+    await journal.aclose()
+    events = await store.list_events(thread)
+    assert [event.seq for event in events] == list(range(1, len(events) + 1))
+    assert len({event.event_id for event in events}) == len(events)
+    assert [event.event_type for event in events] == [
+        "run.start", "llm.human.input", *["context:memory"] * 20, "run.end"
+    ]
+    assert [event.content["content_sha256"] for event in events[2:-1]] == [
+        f"{index:064x}" for index in range(20)
+    ]
+    row = await store.get_run(journal.run_id)
+    assert row is not None
+    assert row.status == RunStatus.SUCCESS
