@@ -155,7 +155,7 @@ class JsonlRunEventStore(JsonlRuns, RunEventStore):
             try:
                 facts = self._facts.refresh(directory, view)
                 results: list[tuple[RunEvent, bool]] = []
-                fresh: dict[str, RunEvent] = {}
+                fresh: dict[str, tuple[NewEvent, int]] = {}
                 lines: list[bytes] = []
                 for event in events:
                     seq = facts.event_ids.get(event.event_id)
@@ -167,11 +167,12 @@ class JsonlRunEventStore(JsonlRuns, RunEventStore):
                         )
                     if seq is not None:
                         results.append((_existing(view, seq), False))
-                    elif event.event_id in fresh:
-                        results.append((fresh[event.event_id], False))
+                    elif event.event_id in fresh:  # repeated in this batch: a copy of the first
+                        earlier = fresh[event.event_id]
+                        results.append((RunEvent.stored(earlier[0], earlier[1], copy=True), False))
                     else:
                         written = RunEvent.stored(event, view.count + len(lines) + 1)
-                        fresh[event.event_id] = written
+                        fresh[event.event_id] = (event, written.seq)
                         lines.append(event_line(event, written.seq))
                         results.append((written, True))
                 if lines:

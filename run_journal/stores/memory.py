@@ -84,16 +84,18 @@ class MemoryRunEventStore(RunEventStore):
     def _append_locked(self, batch: Sequence[NewEvent], *, results: bool = True) -> list[RunEvent]:
         written: list[RunEvent] = []
         threads = self._threads
-        for thread_id, events in itertools.groupby(batch, _THREAD_ID):
+        for thread_id, group in itertools.groupby(batch, _THREAD_ID):
             thread = threads[thread_id]
             before = thread.last_seq
+            events = list(group)
             records = thread.add(events)
             if thread.last_seq != before:
                 thread.wake()
-            if results:  # a new write's result may share the writer's payload objects
+            if results:  # the result of a new write may share the writer's payload objects
                 written += [
-                    RunEvent.stored(record.event, record.seq) if record.seq > before else record.to_event()
-                    for record in records
+                    RunEvent.stored(event, record.seq) if record.event is event and record.seq > before
+                    else record.to_event()  # a repeated event_id: the reader's own copy
+                    for event, record in zip(events, records, strict=True)
                 ]
         return written
 

@@ -186,7 +186,8 @@ class SqlRunEventStore(SqlReads, RunEventStore):
         return [
             raw.event_of(existing[item.event_id])
             if item.event_id in existing
-            else RunEvent.stored(first_of[item.event_id], seqs[item.event_id])
+            else RunEvent.stored(first_of[item.event_id], seqs[item.event_id],
+                                 copy=item is not first_of[item.event_id])  # a repeat: its own copy
             for item in batch
         ]
 

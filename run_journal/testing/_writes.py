@@ -115,3 +115,30 @@ class WriteTests(StoreSuiteBase):
         assert [(e.seq, e.content) for e in replay] == [(1, "a"), (2, "b"), (1, "a"), (3, "c")]
         assert [e.event_id for e in await read_all(store, "t")] == ["dup", "other", "new"]
 
+    async def test_threads_interleaved_in_one_batch_with_repeats_and_a_retry(
+        self, store: RunEventStore
+    ) -> None:
+        batch = [new_event("A", event_id="a1"), new_event("B", event_id="b1"), new_event("A", event_id="a2"),
+                 new_event("A", event_id="a1"), new_event("B", event_id="b2"),
+                 new_event("B", event_id="b1"), new_event("A", event_id="a3")]
+        results = await store.put_batch(batch)
+        assert [(e.thread_id, e.event_id, e.seq) for e in results] == [
+            ("A", "a1", 1), ("B", "b1", 1), ("A", "a2", 2), ("A", "a1", 1), ("B", "b2", 2),
+            ("B", "b1", 1), ("A", "a3", 3),
+        ]
+        again = await store.put_batch(batch)
+        assert [(e.event_id, e.seq) for e in again] == [(e.event_id, e.seq) for e in results]
+        assert [e.seq for e in await read_all(store, "A")] == [1, 2, 3]
+        assert [e.seq for e in await read_all(store, "B")] == [1, 2]
+
+    async def test_a_repeat_in_one_batch_gets_its_own_copy_of_the_payload(
+        self, store: RunEventStore
+    ) -> None:
+        first_write = new_event(content={"k": [1]}, event_id="dup")
+        first_write.content  # noqa: B018 - decoded, as a producer that read its event has it
+        first, repeat = await store.put_batch([first_write, new_event(content={"k": [2]}, event_id="dup")])
+        assert first.seq == repeat.seq == 1
+        first.content["k"].append(99)  # type: ignore[call-overload, index, union-attr]  # a dict here
+        assert repeat.content == {"k": [1]}  # the stored payload, untouched by the first result's reader
+        assert repeat.metadata is not first.metadata
+
