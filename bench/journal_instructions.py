@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_journal import NoOp, build_graph  # the benchmark's own turn, imported from beside it
 
 GROUPS = (  # (group, pattern on the C function's file:name), first match wins
-    ("garbage collection", r"gcmodule|_traverse|visit_|VisitInstance|GC_"),
+    ("garbage collection", r"gcmodule|traverse|visit_|VisitInstance|GC_"),
     ("JSON encoding", r"_json\.c|accu\.c|JoinArray|unicode_count|bytes_translate"),
     ("Python bytecode", r"ceval\.c|frame\.c|initialize_locals|pycore_frame"),
     ("allocation", r"obmalloc|dealloc|_Free|Malloc|alloc|NewReference|Trash"),

@@ -296,8 +296,9 @@ class RunJournal(JournalCore, BaseCallbackHandler):
                 self._end_root(outputs)
             elif state.started and not state.ended:
                 state.chain_names.pop(run_id, None)
-                for message in p.tool_messages(outputs) if state.awaiting else ():
-                    if message.tool_call_id in state.awaiting:  # written at most once per call id
+                answerable = state.answerable()
+                for message in p.tool_messages(outputs) if answerable else ():
+                    if message.tool_call_id in answerable:  # _tool_result skips a repeated id
                         self._tool_result(message, state.caller_of_call(message.tool_call_id), None)
 
     @_guarded
@@ -376,7 +377,7 @@ class RunJournal(JournalCore, BaseCallbackHandler):
             state.tool_runs[run_id] = ToolRun(name, call_id if isinstance(call_id, str) else None,
                                               p.caller_of(tags), time.monotonic())
             if isinstance(call_id, str):
-                state.may_answer(call_id)
+                state.seen_calls.add(call_id)
             self._tally.tool_calls += 1
 
     @_guarded
@@ -407,6 +408,5 @@ class RunJournal(JournalCore, BaseCallbackHandler):
                 return
             if tool.call_id is not None:
                 self._state.errored_calls.add(tool.call_id)
-                self._state.may_answer(tool.call_id)
                 text = p.capped(f"{type(error).__name__}: {error}", p.ERROR_TEXT_LIMIT)[0]
                 self._outcome(tool.call_id, tool.name, tool.caller, "error", tool, error=text)

@@ -168,7 +168,6 @@ class JournalCore:
             preview, cut = p.args_preview(tool_call.get("args", {}), self._redact)
             name = str(tool_call.get("name", ""))
             self._state.open_calls[call_id] = (name, call.caller)
-            self._state.may_answer(call_id)
             self._queue(self._event(
                 "tool.call",
                 {"tool_call_id": call_id, "tool_name": name, "args_preview": preview, "args_truncated": cut},
@@ -181,7 +180,6 @@ class JournalCore:
         if call_id in state.results_done:
             return
         state.results_done.add(call_id)
-        state.awaiting.discard(call_id)
         if message.status == "error" and call_id not in state.errored_calls:
             state.errored_calls.add(call_id)
             self._tally.tool_errors += 1

@@ -175,11 +175,6 @@ def args_preview(args: Any, redact: Redactor) -> tuple[str, bool]:
 
 def tool_messages(output: Any) -> list[ToolMessage]:
     """Tool messages in a tool's or node's output: a ToolMessage, a ``Command(update=...)``, lists."""
-    messages = output.get("messages") if type(output) is dict else None
-    if type(messages) is list:  # a node's usual update: {"messages": [message, ...]}
-        plain = [item for item in messages if isinstance(item, ToolMessage)]
-        if len(plain) == len(messages) or all(isinstance(item, BaseMessage) for item in messages):
-            return plain
     found: list[ToolMessage] = []
     _collect(output, found, 0)
     return found

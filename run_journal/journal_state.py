@@ -54,10 +54,7 @@ class RunState:
     llm_calls: dict[uuid.UUID, LlmCall] = dataclasses.field(default_factory=dict)
     llm_index: int = 0
     tool_runs: dict[uuid.UUID, ToolRun] = dataclasses.field(default_factory=dict)
-    awaiting: set[str] = dataclasses.field(default_factory=set)
-    """Tool call ids a ``llm.tool.result`` may still be written for: asked for by a model, started or
-    failed, and not answered yet (node outputs are searched for tool messages only while it is not
-    empty)."""
+    seen_calls: set[str] = dataclasses.field(default_factory=set)
     open_calls: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     """tool_call_id -> (tool name, caller) for calls a model asked for and nobody answered yet."""
     results_done: set[str] = dataclasses.field(default_factory=set)
@@ -72,9 +69,11 @@ class RunState:
         self.llm_index += 1
         return index
 
-    def may_answer(self, call_id: str) -> None:
-        if call_id not in self.results_done:
-            self.awaiting.add(call_id)
+    def answerable(self) -> set[str]:
+        """Tool call ids this run may still write a ``llm.tool.result`` for."""
+        if not (self.open_calls or self.errored_calls or self.seen_calls):
+            return set()
+        return (self.open_calls.keys() | self.errored_calls | self.seen_calls) - self.results_done
 
     def caller_of_call(self, call_id: str) -> str:
         entry = self.open_calls.get(call_id)

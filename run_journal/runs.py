@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final, Protocol
 
@@ -81,18 +81,15 @@ class UsageTotals:
         )
 
     def to_dict(self) -> JsonObject:
-        return {  # spelled out: asdict() deep-copies and a loop over the fields is as slow
-            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-            "total_tokens": self.total_tokens, "cache_read_tokens": self.cache_read_tokens,
-            "cache_creation_tokens": self.cache_creation_tokens,
-            "reasoning_tokens": self.reasoning_tokens, "llm_calls": self.llm_calls,
-            "cost_usd": self.cost_usd,
-        }
+        return {field: getattr(self, field) for field in _USAGE_FIELDS}  # asdict() deep-copies: slow
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> UsageTotals:
         known = {field.name for field in dataclasses.fields(cls)}
         return cls(**{key: value for key, value in (data or {}).items() if key in known})
+
+
+_USAGE_FIELDS: Final = tuple(field.name for field in dataclasses.fields(UsageTotals))
 
 
 def _add_cost(left: UsageTotals, right: UsageTotals) -> float | None:
@@ -136,12 +133,11 @@ class RunRow:
         validate_id("thread_id", self.thread_id)
         if self.user_id is not None:
             validate_id("user_id", self.user_id)
-        if type(self.status) is not RunStatus:
-            object.__setattr__(self, "status", RunStatus(self.status))
+        object.__setattr__(self, "status", RunStatus(self.status))
         object.__setattr__(self, "metadata", normalize(self.metadata or {}))
         for name in ("started_at", "ended_at", "updated_at"):
             moment = getattr(self, name)
-            if moment is not None and (type(moment) is not datetime or moment.tzinfo is not UTC):
+            if moment is not None:
                 object.__setattr__(self, name, as_utc(moment))
 
     @property

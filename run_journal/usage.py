@@ -119,15 +119,7 @@ def _sum(parts: list[TokenUsage]) -> TokenUsage | None:
 
 def extract_usage(response: LLMResult) -> TokenUsage | None:
     """The usage of one model response, summed over every generation; None when nobody reported any."""
-    batches = response.generations
-    if len(batches) == 1 and len(batches[0]) == 1 and not response.llm_output:  # the usual response
-        only = batches[0][0]
-        reported = getattr(only.message, "usage_metadata", None) if type(only) is ChatGeneration else None
-        if reported:
-            return from_usage_metadata(reported)
-        if not only.generation_info and type(only) is ChatGeneration:
-            return None
-    generations = [g for batch in batches for g in batch]
+    generations = [g for batch in response.generations for g in batch]
     from_messages = [
         from_usage_metadata(reported)
         for g in generations

@@ -229,11 +229,8 @@ class EventWriter(WriterFlush):
             if not await self._attempt(functools.partial(self._write_batch, store, items, events)):
                 break
             with self._room:
-                if len(items) == len(self._queue):
-                    self._queue.clear()
-                else:
-                    for _ in items:
-                        self._queue.popleft()
+                for _ in items:
+                    self._queue.popleft()
                 self._counts["written"] += len(events)
                 self._counts["superseded"] += len(items) - len(events)
                 self._counts["batches"] += 1
@@ -242,10 +239,8 @@ class EventWriter(WriterFlush):
                     self._room.notify_all()
             if self._waiting_tasks:
                 self._room_event.set()
-            for event in reversed(events):  # the last lifecycle event of the batch says where the run is
-                if (status := STATUS_AFTER.get(event.event_type)) is not None:
-                    self._status = status
-                    break
+            for event in events:
+                self._status = STATUS_AFTER.get(event.event_type, self._status)
             if self._row_in_batch:
                 self._row_written()
             else:

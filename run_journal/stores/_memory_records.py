@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 import operator
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Final, NamedTuple
 
@@ -56,7 +56,6 @@ class Column:
 
 
 _SEQ: Final = operator.itemgetter(0)
-_record: Final = tuple.__new__  # Record(seq, event) without the generated __new__
 
 
 class ThreadEvents:
@@ -73,35 +72,19 @@ class ThreadEvents:
         self.users: Counter[str | None] = Counter()
         self.waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
-    def add(self, batch: Iterable[NewEvent]) -> list[Record]:
-        """Store this thread's events at the next seqs: one record per event, in order; an event_id
-        already stored (a retry) gets the stored record back, so a new record is one whose seq is
-        above the ``last_seq`` before the call."""
-        records: list[Record] = []
-        seq = self.last_seq
-        by_event_id, first_of_type, users = self.by_event_id, self.first_of_type, self.users
-        all_events, all_messages = self.events.records, self.messages.records
-        run_id, run_events, run_messages = None, all_events, all_messages  # set by the first event
-        for event in batch:
-            record = by_event_id.get(event.event_id)
-            if record is None:
-                seq += 1
-                record = by_event_id[event.event_id] = _record(Record, (seq, event))
-                if event.run_id != run_id:
-                    run_id = event.run_id
-                    run_events = self.run_events[run_id].records
-                    run_messages = self.run_messages[run_id].records
-                all_events.append(record)
-                run_events.append(record)
-                if event.category == _MESSAGE:
-                    all_messages.append(record)
-                    run_messages.append(record)
-                if (run_id, event.event_type) not in first_of_type:
-                    first_of_type[run_id, event.event_type] = record
-                users[event.user_id] += 1
-            records.append(record)
-        self.last_seq = seq
-        return records
+    def add(self, event: NewEvent) -> Record:
+        self.last_seq = seq = self.last_seq + 1
+        record = Record(seq, event)
+        run_id = event.run_id
+        self.events.records.append(record)
+        self.run_events[run_id].records.append(record)
+        if event.category == _MESSAGE:
+            self.messages.records.append(record)
+            self.run_messages[run_id].records.append(record)
+        self.by_event_id[event.event_id] = record
+        self.first_of_type.setdefault((run_id, event.event_type), record)
+        self.users[event.user_id] += 1
+        return record
 
     def drop_run(self, run_id: str) -> int:
         removed = self.run_events.pop(run_id, Column()).records

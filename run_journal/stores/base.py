@@ -54,11 +54,6 @@ def as_new_event(item: EventInput) -> NewEvent:
     raise TypeError(f"put_batch takes NewEvent objects or mappings, got {type(item).__name__}")
 
 
-def as_new_events(items: Iterable[EventInput]) -> list[NewEvent]:
-    """``as_new_event`` over a batch (events the journal built pass through untouched)."""
-    return [item if type(item) is NewEvent else as_new_event(item) for item in items]
-
-
 def check_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}, got {limit!r}")
@@ -171,7 +166,7 @@ class RunEventStore(abc.ABC):
         Everything is validated before anything is written. An event whose ``event_id`` is already
         stored (or repeated earlier in the batch) is not written again: its stored record is returned.
         """
-        batch = as_new_events(events)
+        batch = [as_new_event(item) for item in events]
         if not batch:
             return []
         self._check_open()

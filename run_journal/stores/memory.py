@@ -13,12 +13,9 @@ wake (thread-safely), so a tail costs nothing while the thread is idle.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import operator
 import threading
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Final
 
 from run_journal.catalog import TERMINAL_RUN_EVENTS
 from run_journal.envelope import NewEvent, RunEvent, dumps, utc_now, validate_id
@@ -26,7 +23,7 @@ from run_journal.runs import RunRow, may_replace
 from run_journal.stores._memory_records import Column, Record, StoredRun, ThreadEvents
 from run_journal.stores.base import (
     RunEventStore,
-    as_new_events,
+    as_new_event,
     check_after_thread,
     check_cursor,
     check_limit,
@@ -35,8 +32,6 @@ from run_journal.stores.base import (
     exclusive_set,
     expand_event_types,
 )
-
-_THREAD_ID: Final = operator.attrgetter("thread_id")
 
 
 class MemoryRunEventStore(RunEventStore):
@@ -67,7 +62,7 @@ class MemoryRunEventStore(RunEventStore):
 
     async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
         """One locked step: no reader sees the run's last events without its end and its row."""
-        batch = as_new_events(events)
+        batch = [as_new_event(item) for item in events]
         types = exclusive_set(terminal.event_type, TERMINAL_RUN_EVENTS)
         row_json = dumps(row.to_dict())
         with self._lock:
@@ -82,21 +77,21 @@ class MemoryRunEventStore(RunEventStore):
         return True
 
     def _append_locked(self, batch: Sequence[NewEvent], *, results: bool = True) -> list[RunEvent]:
-        written: list[RunEvent] = []
+        touched: dict[str, ThreadEvents] = {}
+        written = []
         threads = self._threads
-        for thread_id, group in itertools.groupby(batch, _THREAD_ID):
-            thread = threads[thread_id]
-            before = thread.last_seq
-            events = list(group)
-            records = thread.add(events)
-            if thread.last_seq != before:
-                thread.wake()
-            if results:  # the result of a new write may share the writer's payload objects
-                written += [
-                    RunEvent.stored(event, record.seq) if record.event is event and record.seq > before
-                    else record.to_event()  # a repeated event_id: the reader's own copy
-                    for event, record in zip(events, records, strict=True)
-                ]
+        for event in batch:
+            thread = threads[event.thread_id]
+            record = thread.by_event_id.get(event.event_id)
+            if record is None:  # a new write: its result may share the writer's payload objects
+                record = thread.add(event)
+                touched[event.thread_id] = thread
+                if results:
+                    written.append(RunEvent.stored(event, record.seq))
+            elif results:
+                written.append(record.to_event())
+        for thread in touched.values():
+            thread.wake()
         return written
 
     def _put_if_absent_locked(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
@@ -114,7 +109,7 @@ class MemoryRunEventStore(RunEventStore):
             existing = min(firsts, key=lambda record: record.seq, default=None)
         if existing is not None:
             return existing, False
-        (record,) = thread.add((event,))
+        record = thread.add(event)
         thread.wake()
         return record, True
 
