@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import BaseMessage, HumanMessage
-from langchain_core.outputs import LLMResult
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
 
 from run_journal import RunJournal, open_store
 from run_journal import journal_payloads as p
@@ -42,6 +42,14 @@ from run_journal.usage import RunTally, cap_text, extract_usage, model_name_of
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_journal import NoOp, build_graph  # the benchmark's own turn and baseline
+
+
+def _ai_message(response: LLMResult) -> AIMessage:
+    """The one reply of the bench's fake chat model."""
+    generation = response.generations[0][0]
+    assert isinstance(generation, ChatGeneration)
+    assert isinstance(generation.message, AIMessage)
+    return generation.message
 
 
 class FloorHandler(BaseCallbackHandler):
@@ -57,8 +65,6 @@ class FloorHandler(BaseCallbackHandler):
         self.root: uuid.UUID | None = None
         self.models: dict[uuid.UUID, tuple[str, str | None, int, float]] = {}
         self.tools: dict[uuid.UUID, tuple[str, str, str, float]] = {}
-        self.nodes: dict[uuid.UUID, str] = {}
-        self.results_done: set[str] = set()
         self.baseline: set[str] | None = None
         self.llm_index = self.input_count = 0
 
@@ -80,7 +86,6 @@ class FloorHandler(BaseCallbackHandler):
                        parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
                        metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if parent_run_id is not None:
-            self.nodes[run_id] = str((metadata or {}).get("langgraph_node") or kwargs.get("name"))
             first_node = self.baseline is None and parent_run_id == self.root
             messages = inputs.get("messages") if first_node else None
             if isinstance(messages, list):
@@ -114,7 +119,7 @@ class FloorHandler(BaseCallbackHandler):
 
     def on_llm_end(self, response: LLMResult, *, run_id: uuid.UUID, **kwargs: Any) -> None:
         caller, asked, index, started = self.models.pop(run_id)
-        message = response.generations[0][0].message  # type: ignore[attr-defined]  # a ChatGeneration
+        message = _ai_message(response)
         model, usage = model_name_of(response, asked), extract_usage(response)
         priced = self.tally.add_call(caller, model, usage)
         self.tally.messages += 1
@@ -143,7 +148,6 @@ class FloorHandler(BaseCallbackHandler):
     def on_tool_end(self, output: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
         name, call_id, caller, started = self.tools.pop(run_id)
         for message in p.tool_messages(output):
-            self.results_done.add(message.tool_call_id)
             self.tally.messages += 1
             self._event("llm.tool.result", self._payload(message), {
                 "caller": caller, "tool_call_id": message.tool_call_id,
@@ -158,7 +162,6 @@ class FloorHandler(BaseCallbackHandler):
 
     def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
         if run_id != self.root:
-            self.nodes.pop(run_id, None)
             return
         produced, truncated, keys = p.produced_messages(outputs, self.baseline, redact_secrets, self._payload)
         self.ended_at = utc_now()
@@ -196,7 +199,7 @@ class TuplesHandler(BaseCallbackHandler):
             self._add("llm.human.input", inputs["messages"][-1].model_dump())
 
     def on_llm_end(self, response: LLMResult, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        message = response.generations[0][0].message  # type: ignore[attr-defined]  # a ChatGeneration
+        message = _ai_message(response)
         self._add("llm.ai.response", message.model_dump())
         for call in message.tool_calls:
             self._add("tool.call", call)
@@ -229,10 +232,10 @@ def comparable(value: Any) -> Any:
 async def same_output(store: RunEventStore, graph: Any) -> None:
     """Refuse to time a floor that does less than the journal: same events, same row."""
     recorded = []
-    for handler in (RunJournal(store, thread_id="same-journal"), FloorHandler(store, "same-floor")):
+    for thread, kind in (("same-journal", RunJournal), ("same-floor", FloorHandler)):
+        handler = kind(store, thread_id=thread)
         await graph.ainvoke({"messages": [HumanMessage("what is 1+2?")]}, {"callbacks": [handler]})
         await handler.aclose()
-        thread = "same-journal" if isinstance(handler, RunJournal) else "same-floor"
         events = await store.list_events(thread)
         row = await store.get_run(events[0].run_id)
         assert row is not None
@@ -265,8 +268,7 @@ async def main(turns: int) -> None:
                     await graph.ainvoke(inputs, {"callbacks": [NoOp()]})
                 else:
                     kind, store = variants[name]
-                    handler = kind(store, thread_id=f"{index}-{name}") if kind is RunJournal \
-                        else kind(store, f"{index}-{name}")
+                    handler = kind(store, thread_id=f"{index}-{name}")
                     await graph.ainvoke(inputs, {"callbacks": [handler]})
                     await handler.aclose()
                 times[name].append(time.perf_counter() - started)
