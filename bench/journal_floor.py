@@ -32,7 +32,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
 from run_journal import RunJournal, open_store
-from run_journal import journal_payloads as p
+from run_journal.journal import payloads as p
 from run_journal.catalog import EVENTS
 from run_journal.envelope import NewEvent, Normalized, new_event_id, utc_now
 from run_journal.redact import redact_secrets

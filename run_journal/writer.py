@@ -1,375 +1,547 @@
-"""The journal's writer: moves queued events into a store in order, in batches, with retries.
+"""The journal's writer: one queue, one drain task, one loop.
 
-Callbacks never touch the store. They append ``NewEvent`` objects to this writer's queue (in memory,
-under a lock) and the writer, an asyncio task, drains the queue through ``store.put_batch`` in
-submission order, one batch at a time, so a run's events are stored in the order they happened.
-
-Which loop runs the writer matters because async drivers (aiosqlite, asyncpg) bind their objects to
-the loop that created them:
-
-* a callback that fires with a running event loop (``ainvoke``, ``astream``...) starts the writer as a
-  task on *that* loop, the loop the caller most likely opened the store in;
-* a callback that fires with no running loop (``invoke``, ``stream``) starts a private background
-  thread with its own loop, and the store is only ever used there.
-
-Batching: the first queued event wakes the writer, which waits up to ``flush_interval`` seconds for
-more (or until ``batch_size`` events are queued, or a flush is requested) and writes them together,
-so a slow run never holds events back for longer than that.
-
-Failures: a failed write is retried with exponential backoff (safe, because the store ignores an
-``event_id`` it already has). When the retry budget is spent the writer stops (later events must not
-overtake earlier ones), keeps every event in memory and reports the error from ``flush()`` /
-``aclose()``; each flush tries again. Nothing is dropped.
-
-Backpressure: the queue is bounded by ``max_pending``. A callback on another thread (a sync tool in
-an executor) waits in ``throttle()`` for the writer to make room. A callback on the writer's own loop
-thread must not block it; ``throttle()`` tells the journal, whose next callbacks become coroutines that
-``await wait_for_room()``. Events queued while the writer is failed or not making progress are
-accepted and counted in ``stats.over_limit``: the agent's run always finishes.
+* **One loop, fixed at open.** The writer runs on the event loop that was running when it was created
+  (or re-bound by ``async with journal`` before anything was queued). With no running loop it starts a
+  private thread with a loop of its own, and the store is only ever used there: async drivers bind
+  their connections to one loop.
+* **One queue.** Producers (callbacks, on any thread) append events under one lock and may leave a run
+  row snapshot beside them, tagged with how many events it follows. That is all they do.
+* **One drain task** on that loop takes the head of the queue in batches (at most ``batch_size``
+  events, after at most ``flush_interval`` seconds, at once when the run ended, a batch is full or
+  someone flushes), writes it, and only then removes it from the queue. Every store call has a deadline
+  (``store_timeout``) and is retried with backoff; a retry sends the same ``event_id``s, which stores
+  ignore when they already have them. So events are stored once, in submission order, whatever fails.
+* **Flushes** are (how many events, which row, future) waiters that the drain settles once that much is
+  stored. When the retry budget is spent the drain fails every waiting flush with ``JournalError`` and
+  parks, keeping everything; the next ``flush()`` / ``aclose()`` tries again.
+* **Backpressure.** Above ``max_pending`` queued events a producer on another thread waits for room; a
+  producer on the writer's own loop cannot block it, so ``submit`` tells it to ``await room()``. Nobody
+  waits on a writer that failed or made no progress for ``STALL_TIMEOUT`` seconds: the run must finish.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
 import threading
-import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, Protocol, TypeVar
 
 from run_journal.catalog import TERMINAL_RUN_EVENTS
 from run_journal.envelope import NewEvent
-from run_journal.runs import STATUS_AFTER, RunRow, RunStatus
+from run_journal.runs import RunRow
 from run_journal.stores.base import RunEventStore
 from run_journal.stores.urls import open_store
-from run_journal.writer_flush import WriterFlush
-from run_journal.writer_types import DeferredEvent, JournalError, JournalStats, RetryPolicy
-
-__all__ = ["DeferredEvent", "EventWriter", "JournalError", "JournalStats", "RetryPolicy"]
 
 logger = logging.getLogger("run_journal")
 STALL_TIMEOUT: Final = 1.0
-"""Seconds a blocked producer waits for the writer's progress before it stops waiting."""
+"""Seconds a producer waits for the writer's progress before it stops waiting."""
+T = TypeVar("T")
 
 
-QueueItem = NewEvent | DeferredEvent
-RowSource = Callable[[RunStatus], RunRow | None]
+class JournalError(RuntimeError):
+    """Events or the run row could not be written (the message says how many and why)."""
 
 
-class EventWriter(WriterFlush):
-    """Owns the queue, the writer task and the loop it runs on (see the module docstring)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently a failed write is retried before the writer reports failure."""
 
-    def __init__(
-        self,
-        store: RunEventStore | str,
-        row_source: RowSource,
-        *,
-        batch_size: int = 200,
-        flush_interval: float = 0.1,
-        row_interval: float = 2.0,
-        max_pending: int = 10_000,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        if batch_size < 1 or max_pending < 1 or flush_interval < 0 or row_interval < 0:
-            raise ValueError("batch_size and max_pending must be >= 1, intervals >= 0")
-        self._store: RunEventStore | None = None if isinstance(store, str) else store
+    attempts: int = 5
+    initial_delay: float = 0.05
+    max_delay: float = 2.0
+    multiplier: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1 or self.initial_delay < 0 or self.max_delay < 0 or self.multiplier < 1:
+            raise ValueError("RetryPolicy needs attempts >= 1, delays >= 0 and multiplier >= 1")
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.max_delay, self.initial_delay * self.multiplier**attempt))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JournalStats:
+    """A snapshot of the writer's counters (``journal.stats``)."""
+
+    submitted: int = 0
+    written: int = 0
+    pending: int = 0
+    retried: int = 0
+    failed_batches: int = 0
+    batches: int = 0
+    row_writes: int = 0
+    over_limit: int = 0
+    superseded: int = 0
+    """Terminal events not written because the run was already closed (by ``reconcile_orphans``)."""
+    callback_errors: int = 0
+    last_error: str | None = None
+
+
+class DeferredEvent(Protocol):
+    """An event whose payload needs a store read, done by the drain in queue order (once)."""
+
+    @property
+    def known_event(self) -> NewEvent:
+        """The event as far as it is known before it is resolved (for ``unwritten()``)."""
+
+    async def resolve(self, store: RunEventStore) -> NewEvent: ...
+
+    def patch_row(self, row: RunRow) -> RunRow:
+        """A row snapshot completed with what the resolution found."""
+
+
+Item = NewEvent | DeferredEvent
+
+
+class StoreTimeoutError(TimeoutError):
+    """A store call did not answer within ``store_timeout`` seconds."""
+
+
+class _Exhausted(Exception):
+    """The retry budget of one store call is spent (``__cause__``: the last failure)."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Waiter:
+    events: int
+    row: int
+    future: concurrent.futures.Future[None]
+
+
+class EventWriter:
+    """Moves a journal's events and run rows into a store (see the module docstring)."""
+
+    def __init__(self, store: RunEventStore | str, *, batch_size: int = 200, flush_interval: float = 0.1,
+                 max_pending: int = 10_000, retry: RetryPolicy | None = None,
+                 store_timeout: float = 30.0) -> None:
+        if batch_size < 1 or max_pending < 1 or flush_interval < 0 or not store_timeout > 0:
+            raise ValueError(
+                "batch_size and max_pending must be >= 1, flush_interval >= 0, store_timeout > 0")
+        self._store = None if isinstance(store, str) else store
         self._url = store if isinstance(store, str) else None
-        self._owns_store = self._url is not None
-        self._row_source = row_source
-        self.batch_size = batch_size
-        self.flush_interval = flush_interval
-        self.row_interval = row_interval
-        self.max_pending = max_pending
-        self.retry = retry or RetryPolicy()
+        self.batch_size, self.flush_interval, self.max_pending = batch_size, flush_interval, max_pending
+        self.retry, self.store_timeout = retry or RetryPolicy(), store_timeout
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
-        self._queue: deque[QueueItem] = deque()
-        self._counts = {"written": 0, "retried": 0, "failed_batches": 0,
-                        "batches": 0, "row_writes": 0, "over_limit": 0, "superseded": 0}
-        self.callback_errors = 0
+        self._queue: deque[Item] = deque()
+        self._submitted = self._done = 0
+        self._row: RunRow | None = None
+        self._row_after = self._row_version = self._row_stored = 0
+        self._waiters: list[_Waiter] = []
         self._failure: BaseException | None = None
-        self._stalled = False
-        self._status = RunStatus.PENDING
-        self._row_status: RunStatus | None = None
-        self._row_dirty = False
-        self._last_row_at = 0.0
+        self._signalled = self._stalled = self._finished = False
+        self._stopped: concurrent.futures.Future[None] | None = None
+        self._counts = dict.fromkeys(
+            ("written", "retried", "failed_batches", "batches", "row_writes", "over_limit", "superseded"), 0)
+        self._resolved: list[DeferredEvent] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._thread: threading.Thread | None = None
-        self._close_lock = threading.Lock()  # sync closes, one at a time
-        self._handover_lock = threading.Lock()  # flushes handed to the private thread's loop
-        self._handover_closed = False
-        self._stop_requested = False
-        self._task: asyncio.Task[None] | None = None  # the drain task in progress, if any
-        self._draining = False  # a drain runs (in that task, or in a flush on the writer's loop)
-        self._wakeup: asyncio.Handle | None = None  # the batch timer, or a drain due at once
-        self._crash: BaseException | None = None
-        self._finished = False
-        self._room_event = asyncio.Event()
-        self._waiting_threads = 0  # producers blocked in throttle() (on _room)
-        self._waiting_tasks = 0  # callbacks awaiting wait_for_room() (on _room_event)
-        self.backlogged = False
-        """More than ``max_pending`` events were queued (cleared by ``throttle`` once there is room):
-        callbacks check it before paying for a ``throttle()`` call."""
-        self._signalled = False
-        self._urgent = False
-        self._closing = False
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._row_in_batch = False  # the last batch wrote the run row too (put_run_close)
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._room_free = asyncio.Event()
+        self.bind_to_running_loop()
 
-    # -- producer side (any thread, hot path) -----------------------------------------------------
-    def submit(self, item: QueueItem) -> None:
-        """Queue one event (in memory only). Called in event order, under the journal's lock."""
+    # -- the loop ----------------------------------------------------------------------------------
+    def bind_to_running_loop(self) -> None:
+        """Run on the caller's running loop (if any), unless the writer has started already."""
+        with contextlib.suppress(RuntimeError):
+            loop = asyncio.get_running_loop()
+            if self._task is None and self._thread is None and not self._submitted:
+                self._loop, self._loop_thread = loop, threading.get_ident()
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
-            queue = self._queue
-            queue.append(item)
-            size = len(queue)
-            if size > self.max_pending:
-                self._counts["over_limit"] += 1
-                self.backlogged = True
-            if self._signalled and size != self.batch_size:
-                return  # the writer knows there is work; a full batch pokes it again
-            self._signalled = True
-        if self._loop is None:
-            self._start()
-        self._poke()
+            if self._loop is not None:
+                return self._loop
+            self._loop = asyncio.new_event_loop()
+            started = threading.Event()
+            self._thread = threading.Thread(target=self._thread_main, args=(self._loop, started),
+                                            name="run-journal-writer", daemon=True)
+            self._thread.start()
+        started.wait()
+        return self._loop
 
-    def write_soon(self) -> None:
-        """Start writing what is queued without waiting for ``flush_interval`` (the run ended:
-        nothing will join the batch, and its end should be durable as soon as possible)."""
-        with self._lock:
-            self._urgent = True
-        self._poke()
+    def _thread_main(self, loop: asyncio.AbstractEventLoop, started: threading.Event) -> None:
+        asyncio.set_event_loop(loop)
+        self._loop_thread = threading.get_ident()
+        started.set()
+        try:
+            loop.run_forever()  # until _stop_thread
+            leftovers = asyncio.all_tasks(loop)  # store calls abandoned after their deadline
+            for task in leftovers:
+                task.cancel()
+            if leftovers:
+                loop.run_until_complete(asyncio.wait(leftovers, timeout=1.0))
+        finally:
+            loop.close()
 
-    def throttle(self) -> bool:
-        """Backpressure, called outside the journal's lock when ``backlogged``. Another thread waits
-        here for room; on the writer's own loop thread waiting would deadlock, so it returns True: the
-        caller must wait with ``await wait_for_room()`` before its next event."""
-        if len(self._queue) <= self.max_pending:
-            with self._lock:  # a submit that goes over the limit meanwhile keeps the flag
-                self.backlogged = len(self._queue) > self.max_pending
-            return False
-        if threading.get_ident() == self._loop_thread:
-            return self.needs_room()
+    def _on_loop_thread(self) -> bool:
+        return threading.get_ident() == self._loop_thread
+
+    def _poke(self, urgent: bool) -> None:
+        loop = self._ensure_loop()
+        if self._on_loop_thread():
+            self._signal(urgent)
+        else:
+            with contextlib.suppress(RuntimeError):  # a closed loop: flush() says what is stranded
+                loop.call_soon_threadsafe(self._signal, urgent)
+
+    def _signal(self, urgent: bool) -> None:
+        """On the writer's loop: start the drain task once, then wake it now or after the batch timer."""
         loop = self._loop
-        if loop is not None:  # ask for a drain now: the batch timer may be far off
-            with contextlib.suppress(RuntimeError):  # the loop is closed: the stall check below ends this
-                loop.call_soon_threadsafe(self._drain_now)
+        assert loop is not None
+        if self._finished:
+            return
+        if self._task is None:
+            self._task = loop.create_task(self._drain(), name="run-journal-writer")
+        if urgent:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._wake.set()
+        elif self._timer is None and not self._wake.is_set():
+            self._timer = loop.call_later(self.flush_interval, self._wake.set)
+
+    # -- producers (any thread) --------------------------------------------------------------------
+    def submit(self, items: Sequence[Item], row: RunRow | None = None, *, urgent: bool = False) -> bool:
+        """Queue events (and the run row as it stands after them). True: the caller runs on the
+        writer's loop and the queue is over ``max_pending``; it should ``await room()``."""
+        with self._lock:
+            self._queue.extend(items)
+            self._submitted += len(items)
+            if row is not None:
+                self._row, self._row_after, self._row_version = row, self._submitted, self._row_version + 1
+            over = len(self._queue) > self.max_pending
+            if over:
+                self._counts["over_limit"] += len(items)
+            urgent = urgent or over or len(self._queue) >= self.batch_size
+            if self._signalled and not urgent:
+                return False
+            self._signalled = True
+        self._poke(urgent)
+        return over and self._wait_for_room()
+
+    def _wait_for_room(self) -> bool:
+        if self._on_loop_thread():
+            return True
         with self._room:
-            self._waiting_threads += 1
-            try:
-                while len(self._queue) > self.max_pending and not (self._failure or self._stalled):
-                    before = self._counts["written"]
-                    self._room.wait(STALL_TIMEOUT)
-                    if self._counts["written"] == before:
-                        self._stalled = True  # the writer's loop is blocked or gone: stop waiting
-            finally:
-                self._waiting_threads -= 1
+            while len(self._queue) > self.max_pending and not (self._failure or self._stalled):
+                before = self._done
+                self._room.wait(STALL_TIMEOUT)
+                self._stalled = self._done == before
         return False
-
-    async def wait_for_room(self) -> None:
-        """On the writer's loop: yield to it until the queue is back under ``max_pending`` (or the
-        writer failed or made no progress for ``STALL_TIMEOUT`` s: the run must still finish)."""
-        while self.needs_room():
-            before = self._counts["written"]
-            self._room_event.clear()
-            self._drain_now()  # instead of waiting for the batch timer
-            self._waiting_tasks += 1
-            try:
-                await asyncio.wait_for(self._room_event.wait(), STALL_TIMEOUT)
-            except TimeoutError:
-                if self._counts["written"] == before:
-                    self._stalled = True
-            finally:
-                self._waiting_tasks -= 1
-
-    def stats(self) -> JournalStats:
-        with self._lock:
-            return JournalStats(
-                submitted=self._submitted(), pending=len(self._queue),
-                callback_errors=self.callback_errors,
-                last_error=repr(self._failure) if self._failure else None, **self._counts,
-            )
-
-    def _submitted(self) -> int:
-        """Every queued item is pending until a batch pops it as written or superseded."""
-        return self._counts["written"] + self._counts["superseded"] + len(self._queue)
-
-    def unwritten(self) -> list[NewEvent]:
-        """Queued events not yet stored (deferred ones not yet resolved are left out)."""
-        with self._lock:
-            known = (item if isinstance(item, NewEvent) else item.known_event() for item in self._queue)
-            return [event for event in known if event is not None]
-
-    @property
-    def loop_thread(self) -> int | None:
-        """The thread whose event loop runs the writer (None before the first event)."""
-        return self._loop_thread
 
     def needs_room(self) -> bool:
-        """Over ``max_pending`` while waiting could still help (the writer is neither failed nor stuck)."""
         return len(self._queue) > self.max_pending and not (self._failure or self._stalled)
 
-    @property
-    def started(self) -> bool:
-        return self._loop is not None
+    async def room(self) -> None:
+        """On the writer's loop: yield to the drain until the queue is back under ``max_pending``."""
+        while self.needs_room():
+            before = self._done
+            self._room_free.clear()
+            self._signal(urgent=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room_free.wait(), STALL_TIMEOUT)
+            self._stalled = self._done == before
 
-    async def _drain(self, *, force_row: bool) -> None:
-        store = await self._ready_store()
-        while store is not None and self._failure is None:
+    def stats(self, callback_errors: int = 0) -> JournalStats:
+        with self._lock:
+            return JournalStats(submitted=self._submitted, pending=len(self._queue),
+                                callback_errors=callback_errors,
+                                last_error=repr(self._failure) if self._failure else None, **self._counts)
+
+    def unwritten(self) -> tuple[list[NewEvent], RunRow | None]:
+        """Events not yet stored, in order, and the run row if its latest snapshot is not stored."""
+        with self._lock:
+            events = [item if isinstance(item, NewEvent) else item.known_event for item in self._queue]
+            row = self._row if self._row_version > self._row_stored else None
+        return events, None if row is None else self._patched(row)
+
+    # -- flush and close (any loop or thread) ------------------------------------------------------
+    async def flush(self) -> None:
+        future = self._request_flush()
+        if future is not None:
+            await asyncio.wrap_future(future)
+
+    async def aclose(self) -> None:
+        """Flush, then stop the drain and close a store opened from a URL. After a failure nothing
+        is stopped: a later ``flush()`` / ``aclose()`` tries again."""
+        await self.flush()
+        first, stopped = self._begin_stop()
+        if not first:
+            await asyncio.wrap_future(stopped)
+            return
+        try:
+            loop = self._loop
+            if loop is not None and asyncio.get_running_loop() is loop:
+                await self._shutdown()
+            elif loop is not None and self._reachable(loop):
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._shutdown(), loop))
+            if self._thread is not None:
+                await asyncio.get_running_loop().run_in_executor(None, self._stop_thread)
+        finally:
+            self._finished = True
+            stopped.set_result(None)
+
+    def close(self) -> None:
+        """``aclose()`` for sync code (not on the writer's own loop thread, which it would block)."""
+        loop = self._loop
+        if loop is not None and self._on_loop_thread() and loop.is_running():
+            raise JournalError("the journal's writer runs on this thread's event loop: use 'async with' "
+                               "or 'await journal.aclose()' instead of the sync form")
+        future = self._request_flush()
+        if future is not None:
+            future.result()
+        first, stopped = self._begin_stop()
+        if not first:
+            stopped.result()
+            return
+        try:
+            if loop is not None and self._reachable(loop):
+                asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result()
+            self._stop_thread()
+        finally:
+            self._finished = True
+            stopped.set_result(None)
+
+    def _begin_stop(self) -> tuple[bool, concurrent.futures.Future[None]]:
+        """Closes race from several threads: the first one stops the writer, the others wait for it."""
+        with self._lock:
+            first = self._stopped is None
+            if self._stopped is None:
+                self._stopped = concurrent.futures.Future()
+            return first, self._stopped
+
+    def _reachable(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Work handed to the writer's loop from here will run."""
+        if loop.is_closed():
+            return False
+        if self._thread is not None:
+            return True
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        return running is loop or (loop.is_running() and not self._on_loop_thread())
+
+    def _request_flush(self) -> concurrent.futures.Future[None] | None:
+        with self._lock:
+            if self._done == self._submitted and self._row_stored == self._row_version:
+                return None
+            loop = self._loop
+            if self._finished or (loop is not None and not self._reachable(loop)):
+                raise JournalError(f"the journal's writer has stopped (its event loop is gone); "
+                                   f"{len(self._queue)} event(s) unwritten")
+            waiter = _Waiter(self._submitted, self._row_version, concurrent.futures.Future())
+            self._waiters.append(waiter)
+            self._failure = None  # a flush tries the store again
+            self._signalled = True
+        self._poke(urgent=True)
+        return waiter.future
+
+    async def _shutdown(self) -> None:
+        """On the writer's loop, once everything is written: stop the drain, close a URL store, and
+        answer flushes that raced the close."""
+        with self._lock:
+            self._finished = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._url is not None and self._store is not None:
+            store, self._store = self._store, None
+            try:
+                await store.aclose()
+            except Exception:  # everything is written; a store that fails to close loses nothing
+                logger.warning("run-journal: closing the store failed", exc_info=True)
+        with self._lock:
+            waiters, self._waiters = self._waiters, []
+            unwritten = len(self._queue)
+        for waiter in waiters:
+            if waiter.future.done():  # cancelled by its caller
+                continue
+            if waiter.events <= self._done and waiter.row <= self._row_stored:
+                waiter.future.set_result(None)
+            else:
+                waiter.future.set_exception(
+                    JournalError(f"the journal is closed; {unwritten} event(s) unwritten"))
+
+    def _stop_thread(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or thread is threading.current_thread():
+            return
+        with contextlib.suppress(RuntimeError):  # closed already
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+
+    # -- the drain task (the writer's loop) --------------------------------------------------------
+    async def _drain(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            with self._lock:
+                self._signalled = False
+            try:
+                await self._write_queue()
+            except _Exhausted:
+                pass  # every waiting flush was told; parked until the next one
+            except Exception as error:  # a writer bug: reported like a store failure, never raised
+                logger.exception("run-journal: the writer failed")
+                self._fail(error)
+            self._settle()
+
+    async def _write_queue(self) -> None:
+        while self._failure is None:
+            store = self._store or await self._open_store()
             with self._lock:
                 items = list(itertools.islice(self._queue, self.batch_size))
+            if items:
+                await self._write_batch(store, items)
+            await self._write_row(store)
             if not items:
-                break
-            events: list[NewEvent] = []
-            if not await self._attempt(functools.partial(self._write_batch, store, items, events)):
-                break
-            with self._room:
-                for _ in items:
-                    self._queue.popleft()
-                self._counts["written"] += len(events)
-                self._counts["superseded"] += len(items) - len(events)
-                self._counts["batches"] += 1
-                self._stalled = False
-                if self._waiting_threads:
-                    self._room.notify_all()
-            if self._waiting_tasks:
-                self._room_event.set()
-            for event in events:
-                self._status = STATUS_AFTER.get(event.event_type, self._status)
-            if self._row_in_batch:
-                self._row_written()
-            else:
-                self._row_dirty = True
-                await self._write_row(store, force=False)
-        if store is not None and self._failure is None and (force_row or self._row_dirty):
-            await self._write_row(store, force=force_row)
-
-    async def _write_batch(
-        self, store: RunEventStore, items: list[QueueItem], events: list[NewEvent]
-    ) -> None:
-        """One attempt (every step is idempotent, so a retry repeats it whole): resolve deferred
-        events, write runs of ordinary events with ``put_batch`` and each terminal event on its own
-        with ``put_if_absent(exclusive_types=TERMINAL_RUN_EVENTS)``, so a run never gets a second
-        terminal event, even when ``reconcile_orphans`` closed it meanwhile. A terminal event that
-        ends the batch goes with the events before it and the final run row in one
-        ``put_run_close`` (one commit for the end of a run)."""
-        events.clear()
-        self._row_in_batch = False
-        pending: list[NewEvent] = []
-        for index, item in enumerate(items):
-            event = item if isinstance(item, NewEvent) else await item.event(store)
-            if event is None:
-                continue
-            if event.event_type not in TERMINAL_RUN_EVENTS:
-                pending.append(event)
-                continue
-            row = self._final_row(event) if index == len(items) - 1 else None
-            closed = None if row is None else await self._close_run(store, pending, event, row)
-            if closed is not None:
-                events.extend(pending)
-                if closed:
-                    events.append(event)
-                    self._row_in_batch = True
-                else:
-                    self._superseded(event)
                 return
-            if pending:
-                await store.put_batch(pending)
-                events.extend(pending)
-                pending = []
-            if await self._write_terminal(store, event):
-                events.append(event)
-        if pending:
-            await store.put_batch(pending)
-            events.extend(pending)
 
-    @staticmethod
-    async def _close_run(
-        store: RunEventStore, pending: list[NewEvent], terminal: NewEvent, row: RunRow
-    ) -> bool | None:
-        """``put_run_close``, or None when it failed: the caller then writes the same events step
-        by step (each step idempotent), so a failure that concerns only the row (a run row owned by
-        another thread) is reported by the row's own write, not charged to events already stored."""
+    async def _open_store(self) -> RunEventStore:
+        assert self._url is not None
+        store = open_store(self._url)
         try:
-            return await store.put_run_close(pending, terminal, row)
-        except Exception:
-            logger.debug("run-journal: put_run_close failed; writing step by step", exc_info=True)
-            return None
+            await self._call(store.setup)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the failure that matters is being reported
+                await store.aclose()
+            raise
+        self._store = store
+        return store
 
-    def _final_row(self, terminal: NewEvent) -> RunRow | None:
-        """The run row as it stands once ``terminal`` is written (None: write it the usual way)."""
-        try:
-            return self._row_source(STATUS_AFTER.get(terminal.event_type, self._status))
-        except Exception:  # noqa: BLE001 - _write_row reports the failure when it asks again
-            return None
-
-    async def _write_terminal(self, store: RunEventStore, event: NewEvent) -> bool:
-        stored, _ = await store.put_event_if_absent(event, exclusive_types=TERMINAL_RUN_EVENTS)
-        if stored.event_id == event.event_id:
-            return True
-        self._superseded(event)
-        return False
-
-    @staticmethod
-    def _superseded(event: NewEvent) -> None:
-        logger.warning(
-            "run-journal: run %s already has a terminal event (reconcile_orphans closed it?); "
-            "its %s is not written", event.run_id, event.event_type,
-        )
-
-    async def _ready_store(self) -> RunEventStore | None:
-        if self._store is None and self._url is not None and self._failure is None:
-            store = open_store(self._url)
-            if await self._attempt(store.setup):
-                self._store = store
-            else:
-                with contextlib.suppress(Exception):  # the failure that matters is already recorded
-                    await store.aclose()
-        return self._store
-
-    async def _write_row(self, store: RunEventStore, *, force: bool) -> None:
-        due = (
-            self._status != self._row_status
-            or (self._row_dirty and time.monotonic() - self._last_row_at >= self.row_interval)
-            or (force and self._row_dirty)
-        )
-        if not due:
-            return
-        try:
-            row = self._row_source(self._status)
-        except Exception as error:  # noqa: BLE001 - reported by flush(), like a store failure
-            with self._lock:
-                self._failure = error
-                self._room.notify_all()
-            return
-        if row is None or not await self._attempt(lambda: store.put_run(row)):
-            return
-        self._row_written()
-
-    def _row_written(self) -> None:
-        self._row_status, self._row_dirty = self._status, False
-        self._last_row_at = time.monotonic()
-        self._counts["row_writes"] += 1
-
-    async def _attempt(self, operation: Callable[[], Awaitable[object]]) -> bool:
-        """Run a store call with the retry policy; on exhaustion record the failure and say no."""
-        for attempt in range(self.retry.attempts):
-            try:
-                await operation()
-            except Exception as error:  # noqa: BLE001 - any store failure is retried, then reported
-                last = error
-                if attempt + 1 < self.retry.attempts:
-                    self._counts["retried"] += 1
-                    await asyncio.sleep(self.retry.delay(attempt))
-            else:
-                return True
+    async def _write_batch(self, store: RunEventStore, items: list[Item]) -> None:
+        events = [item if isinstance(item, NewEvent) else await self._resolve(store, item) for item in items]
+        end = self._done + len(items)
         with self._lock:
-            self._failure = last
-            self._counts["failed_batches"] += 1
+            row, version = (self._row, self._row_version) if self._row_after == end else (None, 0)
+        terminal = events[-1] if events[-1].event_type in TERMINAL_RUN_EVENTS else None
+        if row is not None and terminal is not None and version > self._row_stored:
+            try:  # the run's end in one step: last events, terminal event, final row
+                closed = await self._deadline(store.put_run_close(events[:-1], terminal, self._patched(row)))
+            except Exception:
+                logger.debug("run-journal: put_run_close failed; writing step by step", exc_info=True)
+            else:
+                self._taken(items, superseded=0 if closed else 1)
+                self._row_written(version)
+                return
+        superseded, run = 0, list[NewEvent]()
+        for event in events:
+            if event.event_type not in TERMINAL_RUN_EVENTS:
+                run.append(event)
+                continue
+            if run:
+                await self._call(functools.partial(store.put_batch, run))
+                run = []
+            stored, _ = await self._call(
+                functools.partial(store.put_event_if_absent, event, exclusive_types=TERMINAL_RUN_EVENTS))
+            if stored.event_id != event.event_id:
+                superseded += 1
+                logger.warning("run-journal: run %s already has a terminal event (reconcile_orphans "
+                               "closed it?); its %s is not written", event.run_id, event.event_type)
+        if run:
+            await self._call(functools.partial(store.put_batch, run))
+        self._taken(items, superseded)
+
+    async def _resolve(self, store: RunEventStore, item: DeferredEvent) -> NewEvent:
+        event = await self._call(functools.partial(item.resolve, store))
+        if item not in self._resolved:
+            self._resolved.append(item)
+        return event
+
+    async def _write_row(self, store: RunEventStore) -> None:
+        """The latest row snapshot, once the events it follows are stored (rows coalesce)."""
+        with self._lock:
+            row, version = self._row, self._row_version
+            if row is None or version <= self._row_stored or self._row_after > self._done:
+                return
+        await self._call(functools.partial(store.put_run, self._patched(row)))
+        self._row_written(version)
+
+    def _patched(self, row: RunRow) -> RunRow:
+        for item in self._resolved:
+            row = item.patch_row(row)
+        return row
+
+    def _taken(self, items: list[Item], superseded: int) -> None:
+        """The batch is stored: off the queue, and room for waiting producers."""
+        with self._room:
+            for _ in items:
+                self._queue.popleft()
+            self._done += len(items)
+            self._counts["written"] += len(items) - superseded
+            self._counts["superseded"] += superseded
+            self._counts["batches"] += 1
+            self._stalled = False
             self._room.notify_all()
-        return False
+        self._room_free.set()
+
+    def _row_written(self, version: int) -> None:
+        with self._lock:
+            self._row_stored = max(self._row_stored, version)
+            self._counts["row_writes"] += 1
+
+    async def _call(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """One store call under the retry policy, each attempt under the deadline."""
+        for attempt in itertools.count():
+            try:
+                return await self._deadline(operation())
+            except Exception as error:
+                if attempt + 1 >= self.retry.attempts:
+                    self._fail(error)
+                    raise _Exhausted from error
+                with self._lock:
+                    self._counts["retried"] += 1
+                await asyncio.sleep(self.retry.delay(attempt))
+        raise AssertionError("unreachable")
+
+    async def _deadline(self, call: Awaitable[T]) -> T:
+        """Await ``call`` for at most ``store_timeout`` seconds. A call that does not answer is
+        abandoned, not awaited: a driver cleaning up after a dead connection may hang as well."""
+        task = asyncio.ensure_future(call)
+        done, _ = await asyncio.wait((task,), timeout=self.store_timeout)
+        if not done:
+            task.cancel()
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            raise StoreTimeoutError(f"the store did not answer within {self.store_timeout} s")
+        return task.result()
+
+    def _fail(self, error: BaseException) -> None:
+        """The retry budget is spent: every waiting flush learns why; the drain parks until a flush."""
+        with self._room:
+            self._failure = error
+            self._counts["failed_batches"] += 1
+            waiters, self._waiters = self._waiters, []
+            unwritten = len(self._queue)
+            self._room.notify_all()
+        self._room_free.set()
+        what = f"{unwritten} event(s)" if unwritten else "the run row"
+        failure = JournalError(f"run-journal could not write {what} to the store after "
+                               f"{self.retry.attempts} attempts: {type(error).__name__}: {error}")
+        failure.__cause__ = error
+        for waiter in waiters:
+            if not waiter.future.done():
+                waiter.future.set_exception(failure)
+
+    def _settle(self) -> None:
+        with self._lock:
+            ready = [w for w in self._waiters if w.events <= self._done and w.row <= self._row_stored]
+            self._waiters = [w for w in self._waiters if w not in ready]
+        for waiter in ready:
+            if not waiter.future.done():
+                waiter.future.set_result(None)

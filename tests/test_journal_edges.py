@@ -102,10 +102,11 @@ async def test_callbacks_on_the_event_loop_wait_for_room_when_the_store_is_slow(
     peak = 0
     submit = journal._writer.submit
 
-    def tracking_submit(item: Any) -> None:
+    def tracking_submit(*args: Any, **kwargs: Any) -> bool:
         nonlocal peak
-        submit(item)
+        full = submit(*args, **kwargs)
         peak = max(peak, journal.stats.pending)
+        return full
 
     journal._writer.submit = tracking_submit  # type: ignore[method-assign]  # observe the queue
     await graph.compile().ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [journal]})

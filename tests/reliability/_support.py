@@ -43,8 +43,12 @@ class TcpProxy:
     """A real TCP proxy on 127.0.0.1 in front of a server: ``stop()`` is an outage, ``start()`` ends it.
 
     Stopping closes the listening socket and every open connection, so clients see what a crashed or
-    unreachable server looks like: refused connects and broken pooled connections.
+    unreachable server looks like: refused connects and broken pooled connections. ``frozen = True``
+    is a frozen network instead: connections stay open and accept bytes, but nothing is forwarded
+    either way, so a client waits for an answer that never comes.
     """
+
+    frozen = False
 
     def __init__(self, upstream_host: str, upstream_port: int) -> None:
         self.upstream = (upstream_host, upstream_port)
@@ -81,9 +85,10 @@ class TcpProxy:
             self._writers.discard(writer)
             writer.transport.abort()
 
-    @staticmethod
-    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while data := await reader.read(65536):
+            if self.frozen:
+                continue  # dropped on the floor
             writer.write(data)
             await writer.drain()
         writer.transport.abort()

@@ -1,6 +1,6 @@
 """Pure helpers that turn LangChain / LangGraph callback arguments into event payloads.
 
-Kept apart from ``journal.py`` so the callback handler stays a thin state machine: nothing here
+Kept apart from the recorder so that it reads as a state machine: nothing here
 touches journal state, locks or stores, and everything is cheap enough for the callback hot path.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from langchain_core.messages import BaseMessage, ToolMessage, convert_to_messages
-from langgraph.errors import GraphInterrupt
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.types import Command
 
 from run_journal.envelope import JsonObject, JsonValue, Normalized, normalize, sha256_hex
@@ -212,6 +212,11 @@ def error_content(error: BaseException, *, with_traceback: bool) -> JsonObject:
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         content["traceback"] = text[-TRACEBACK_LIMIT:]
     return content
+
+
+def is_bubble_up(error: BaseException) -> bool:
+    """LangGraph's control flow (an interrupt, a command to the parent graph), not a failure."""
+    return isinstance(error, GraphBubbleUp)
 
 
 def interrupts_of(error: BaseException) -> list[Any]:

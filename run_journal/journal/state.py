@@ -1,4 +1,4 @@
-"""The mutable state of one journaled run (only touched with the journal's lock held)."""
+"""The bookkeeping of one journaled run: what the recorder tracks between callbacks."""
 
 from __future__ import annotations
 

@@ -1,0 +1,324 @@
+"""``RunJournal``: the LangChain callback surface over one recorder and one writer.
+
+Each callback takes the journal's lock, lets the :class:`~run_journal.journal.recorder.RunRecorder`
+turn it into events, and hands those (with a run-row snapshot when the status changed or
+``row_interval`` passed) to the :class:`~run_journal.writer.EventWriter`. That is all that happens on
+the agent's thread. A callback never raises into the user's graph: a failure is logged, counted in
+``stats.callback_errors`` and reported by the next ``flush()`` / ``aclose()``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, Final, Self
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import LLMResult
+
+from run_journal.envelope import NewEvent, new_event_id, validate_id
+from run_journal.journal import payloads as p
+from run_journal.journal.recorder import RunRecorder
+from run_journal.redact import Redactor, resolve_redactor
+from run_journal.runs import RunRow
+from run_journal.stores.base import RunEventStore
+from run_journal.usage import Pricing
+from run_journal.writer import EventWriter, JournalError, JournalStats, RetryPolicy
+
+logger = logging.getLogger("run_journal")
+
+_CALLBACKS: Final = (
+    "on_chain_start", "on_chain_end", "on_chain_error", "on_chat_model_start", "on_llm_start",
+    "on_llm_new_token", "on_llm_end", "on_llm_error", "on_tool_start", "on_tool_end", "on_tool_error",
+)
+
+
+class UnwrittenEvents(list[NewEvent]):
+    """What the store does not have yet, in order, plus ``run_row``: the latest run row if it is not
+    stored either. Enough to finish the job by hand (``put_batch``, then ``put_run``)."""
+
+    run_row: RunRow | None = None
+
+
+class RunJournal(BaseCallbackHandler):
+    """Record one LangGraph / LangChain run as an ordered event stream plus a ``RunRow``.
+
+    Pass it as ``config={"callbacks": [journal]}``, then make it durable with ``await
+    journal.flush()`` / ``await journal.aclose()`` / ``async with journal:`` (or ``with journal:``
+    around sync code). ``store`` is a ``RunEventStore`` or a store URL (opened and closed by the
+    journal on its writer's loop, the convenient form for sync graphs). Options are documented in
+    ``docs/journal.md``.
+    """
+
+    run_inline = True
+    raise_error = False
+
+    def __init__(
+        self,
+        store: RunEventStore | str,
+        *,
+        thread_id: str | None = None,
+        run_id: str | None = None,
+        user_id: str | None = None,
+        pricing: Pricing | None = None,
+        redact: Redactor | bool | None = None,
+        resumed_from: str | None = None,
+        batch_size: int = 200,
+        flush_interval: float = 0.1,
+        row_interval: float = 2.0,
+        max_pending: int = 10_000,
+        retry: RetryPolicy | None = None,
+        store_timeout: float = 30.0,
+    ) -> None:
+        super().__init__()
+        if row_interval < 0:
+            raise ValueError("row_interval must be >= 0")
+        self.run_id = validate_id("run_id", run_id) if run_id is not None else new_event_id()
+        self.user_id = validate_id("user_id", user_id) if user_id is not None else None
+        self._recorder = RunRecorder(
+            thread_id=validate_id("thread_id", thread_id) if thread_id is not None else None,
+            run_id=self.run_id, user_id=self.user_id,
+            resumed_from=validate_id("resumed_from", resumed_from) if resumed_from else None,
+            redact=resolve_redactor(redact), pricing=pricing,
+        )
+        self._writer = EventWriter(store, batch_size=batch_size, flush_interval=flush_interval,
+                                   max_pending=max_pending, retry=retry, store_timeout=store_timeout)
+        self._lock = threading.Lock()
+        self._row_interval = row_interval
+        self._row_status: str | None = None
+        self._row_at = 0.0
+        self._closed = False
+        self._callback_errors = self._reported_errors = 0
+
+    # -- what the journal knows ----------------------------------------------------------------------
+    @property
+    def thread_id(self) -> str | None:
+        """The run's thread (from ``configurable.thread_id`` once the root call started, if not given)."""
+        return self._recorder.thread_id
+
+    @property
+    def resumed_from(self) -> str | None:
+        resume = self._recorder.resume
+        return resume.resumed_from if resume is not None else self._recorder.resumed_from
+
+    @property
+    def stats(self) -> JournalStats:
+        return self._writer.stats(self._callback_errors)
+
+    @property
+    def run_row(self) -> RunRow | None:
+        """The run row as the journal sees it now (the stored one may lag until ``flush()``)."""
+        with self._lock:
+            return self._recorder.row()
+
+    def unwritten_events(self) -> UnwrittenEvents:
+        """Events (and the run row, as ``.run_row``) still waiting for the store, including events
+        recorded for a run whose root never started."""
+        with self._lock:
+            held = [] if self._recorder.state.started else self._recorder.held
+        events, row = self._writer.unwritten()
+        unwritten = UnwrittenEvents(held + events)
+        unwritten.run_row = row
+        return unwritten
+
+    # -- durability ----------------------------------------------------------------------------------
+    async def flush(self) -> None:
+        """Write every event queued so far and the run row; ``JournalError`` if the store refused
+        them (a later flush tries again), or if a callback failed since the last flush."""
+        with self._lock:
+            self._forward(row_due=self._recorder.changed)
+        await self._writer.flush()
+        self._raise_for_lost_work()
+
+    async def aclose(self) -> None:
+        """Finish (an unfinished run is recorded as cancelled), flush, and close a URL store."""
+        self._finish()
+        await self._writer.aclose()
+        self._raise_for_lost_work()
+
+    def close(self) -> None:
+        """``aclose()`` for sync code (not on the writer's own loop thread)."""
+        self._finish()
+        self._writer.close()
+        self._raise_for_lost_work()
+
+    async def __aenter__(self) -> Self:
+        self._writer.bind_to_running_loop()
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _finish(self) -> None:
+        with self._lock:
+            self._recorder.finish_unended()
+            self._forward(row_due=self._recorder.changed)
+            self._closed = True
+
+    def _raise_for_lost_work(self) -> None:
+        with self._lock:
+            failed = self._callback_errors - self._reported_errors
+            self._reported_errors = self._callback_errors
+            held = 0 if self._recorder.state.started else len(self._recorder.held)
+        if held and self._closed:
+            raise JournalError(
+                f"{held} recorded event(s) were not written: the run they belong to never started "
+                "(no root callback reached this journal); see unwritten_events()"
+            )
+        if failed:
+            raise JournalError(
+                f"{failed} journal callback(s) failed (logged by the 'run_journal' logger); the run "
+                "went on, but its record may be incomplete"
+            )
+
+    # -- from the recorder to the writer (lock held) ---------------------------------------------------
+    def _forward(self, *, row_due: bool = False) -> bool:
+        """Hand the recorder's new events to the writer, with a row snapshot when one is due.
+        True: the queue is full and this is the writer's loop (the caller should yield)."""
+        recorder = self._recorder
+        items = recorder.take()
+        status = recorder.state.status
+        ended = status != self._row_status and recorder.state.ended
+        if status != self._row_status or (
+            recorder.changed and (row_due or time.monotonic() - self._row_at >= self._row_interval)
+        ):
+            row = recorder.row()
+            if row is not None:
+                self._row_status, self._row_at, recorder.changed = status, time.monotonic(), False
+        else:
+            row = None
+        if not items and row is None:
+            return False
+        return self._writer.submit(items, row, urgent=ended)
+
+    def _record(self, step: Callable[[], Any]) -> Any:
+        """A recorder call from user code: bad input raises; a closed journal is a JournalError."""
+        with self._lock:
+            if self._closed:
+                raise JournalError("this RunJournal is closed")
+            result = step()
+            self._forward()
+        return result
+
+    def _callback(self, step: Callable[[], None]) -> None:
+        """A LangChain callback: never raises; yields to the writer when the queue is full."""
+        try:
+            with self._lock:
+                step()
+                full = self._forward()
+        except Exception:  # a journaling bug must not become the user's exception
+            self._callback_errors += 1
+            logger.exception("run-journal: a callback failed")
+            return
+        if full:
+            self._throttle()
+
+    def _throttle(self) -> None:
+        """The queue is over ``max_pending`` and this callback ran on the writer's loop, which must
+        not block. LangChain awaits a handler method that is a coroutine function, so until there is
+        room the callbacks are shadowed on this instance by versions that await the writer."""
+        for name in _CALLBACKS:
+            self.__dict__[name] = functools.partial(self._awaiting, getattr(type(self), name))
+
+    async def _awaiting(self, callback: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        callback(self, *args, **kwargs)
+        await self._writer.room()
+        if not self._writer.needs_room():
+            for name in _CALLBACKS:
+                self.__dict__.pop(name, None)
+
+    # -- recorders (any thread) ------------------------------------------------------------------------
+    def record(self, event_type: str, *, content: Any = "", metadata: Mapping[str, Any] | None = None,
+               caller: str = p.LEAD_AGENT) -> None:
+        """Queue any catalog event in run order (workspace changes, custom producers).
+
+        Validated now (``ValueError`` for unknown names, lifecycle events or bad payloads); events
+        recorded before the run starts are held and written right after ``run.start``.
+        """
+        self._record(lambda: self._recorder.record(event_type, content, metadata, caller))
+
+    def record_middleware(self, tag: str, *, name: str, hook: str, action: str,
+                          changes: Mapping[str, Any]) -> None:
+        """``middleware:{tag}``: a middleware changed the run's state. The tag is checked first."""
+        self._record(lambda: self._recorder.record_middleware(tag, name, hook, action, changes))
+
+    def record_memory_context(self, *, content: str | None = None, content_sha256: str | None = None) -> bool:
+        """``context:memory`` once per run: the sha256 of the memory text (never the text)."""
+        return bool(self._record(lambda: self._recorder.record_memory_context(content, content_sha256)))
+
+    def record_subagent_chunk(self, chunk: Any) -> bool:
+        """Journal one ``task_*`` stream chunk; malformed chunks are ignored (returns False)."""
+        from run_journal.subagents import subagent_run_event  # subagents imports the journal lazily too
+
+        mapped = subagent_run_event(chunk, redact=self._recorder.redact)
+        if mapped is None:
+            return False
+        self._record(lambda: self._recorder.record_subagent(mapped))
+        return True
+
+    # -- LangChain callbacks ---------------------------------------------------------------------------
+    def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: uuid.UUID,
+                       parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
+                       metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        name = str(kwargs.get("name") or (serialized or {}).get("name") or "chain")
+        self._callback(lambda: self._recorder.chain_start(
+            run_id, parent_run_id, name, inputs, tags, metadata))
+
+    def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        self._callback(lambda: self._recorder.chain_end(outputs, run_id))
+
+    def on_chain_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        self._callback(lambda: self._recorder.chain_error(error, run_id))
+
+    def on_chat_model_start(self, serialized: dict[str, Any] | None, messages: list[list[BaseMessage]],
+                            *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
+                            tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
+                            **kwargs: Any) -> None:
+        prompt = messages[0] if messages else []
+        params = kwargs.get("invocation_params")
+        self._callback(lambda: self._recorder.model_start(
+            run_id, parent_run_id, "chat_model", prompt, tags, metadata, params))
+
+    def on_llm_start(self, serialized: dict[str, Any] | None, prompts: list[str], *, run_id: uuid.UUID,
+                     parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
+                     metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        params = kwargs.get("invocation_params")
+        self._callback(lambda: self._recorder.model_start(
+            run_id, parent_run_id, "llm", prompts, tags, metadata, params))
+
+    def on_llm_new_token(self, token: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        self._callback(lambda: self._recorder.new_token(run_id))
+
+    def on_llm_end(self, response: LLMResult, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        self._callback(lambda: self._recorder.llm_end(response, run_id))
+
+    def on_llm_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        self._callback(lambda: self._recorder.llm_error(error, run_id))
+
+    def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: uuid.UUID,
+                      parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
+                      metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
+        call_id = kwargs.get("tool_call_id")
+        self._callback(lambda: self._recorder.tool_start(
+            run_id, name, call_id if isinstance(call_id, str) else None, tags))
+
+    def on_tool_end(self, output: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        self._callback(lambda: self._recorder.tool_end(output, run_id))
+
+    def on_tool_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        self._callback(lambda: self._recorder.tool_error(error, run_id))

@@ -1,0 +1,495 @@
+"""``RunRecorder``: one run's callbacks in, catalog events and run-row snapshots out. Pure.
+
+The recorder holds everything the journal knows about its run (lifecycle, open model and tool calls,
+subagent tasks, usage) and turns each callback into the events it implies: attribution of model calls
+to callers, usage and cost, deduplication of tool results, and exactly one terminal event. It does no
+I/O, starts no thread, needs no event loop and is not thread-safe: ``RunJournal`` calls it under its
+lock and hands what :meth:`take` returns to the writer. Tests drive it directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
+
+from run_journal.catalog import EVENTS, LIFECYCLE_EVENTS, category_of, middleware_event_type
+from run_journal.envelope import NewEvent, Normalized, new_event_id, sha256_hex, utc_now, validate_id
+from run_journal.journal import payloads as p
+from run_journal.journal.state import LlmCall, RunState, ToolRun
+from run_journal.redact import Redactor
+from run_journal.runs import TERMINAL_STATUSES, RunRow, RunStatus
+from run_journal.stores.base import RunEventStore
+from run_journal.usage import Pricing, RunTally, cap_text, extract_usage, model_name_of, usage_from_mapping
+
+logger = logging.getLogger("run_journal")
+CANCELLED: Final = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
+"""How a root run that was stopped from outside ends: a cancelled task, Ctrl-C, a consumer that left
+a ``stream()`` / ``astream()`` early (the generator is closed)."""
+
+
+class ResumeStart:
+    """``run.start`` of a ``Command(resume=...)`` run whose origin was not given: the writer looks up
+    the thread's latest interrupted run in the store, in queue order, and builds the event then."""
+
+    def __init__(self, template: NewEvent) -> None:
+        self.template = template
+        self.resumed_from: str | None = None
+        self._event: NewEvent | None = None
+
+    @property
+    def known_event(self) -> NewEvent:
+        """The event as it stands (without its origin until it is resolved)."""
+        return self._event or self.template
+
+    def patch_row(self, row: RunRow) -> RunRow:
+        if row.resumed_from is None and self.resumed_from is not None:
+            return dataclasses.replace(row, resumed_from=self.resumed_from)
+        return row
+
+    async def resolve(self, store: RunEventStore) -> NewEvent:
+        if self._event is None:
+            t = self.template
+            try:
+                runs = await store.list_runs(t.thread_id, statuses=[RunStatus.INTERRUPTED.value])
+                earlier = [run.run_id for run in runs if run.run_id != t.run_id]
+                self.resumed_from = earlier[-1] if earlier else None
+            except Exception:  # an unknown origin must not hold the run's events back
+                logger.warning("run-journal: could not look up the interrupted run", exc_info=True)
+            content = t.content
+            metadata = t.metadata
+            assert isinstance(content, dict)  # run.start's content is built below as a dict
+            self._event = NewEvent(
+                thread_id=t.thread_id, run_id=t.run_id, event_type=t.event_type, category=t.category,
+                content={**content, "resumed_from": self.resumed_from},
+                metadata={**metadata, "resumed_from": self.resumed_from},
+                created_at=t.created_at, event_id=t.event_id, user_id=t.user_id,
+            )
+        return self._event
+
+
+Output = NewEvent | ResumeStart
+
+
+class RunRecorder:
+    """The state machine of one journaled run (see the module docstring)."""
+
+    def __init__(self, *, thread_id: str | None, run_id: str, user_id: str | None,
+                 resumed_from: str | None, redact: Redactor, pricing: Pricing | None) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.user_id = user_id
+        self.resumed_from = resumed_from
+        self.redact = redact
+        self.state = RunState()
+        self.tally = RunTally(pricing=pricing)
+        self.changed = False
+        """Something the run row shows changed since the last :meth:`row` snapshot."""
+        self._out: list[Output] = []
+        self._held: list[NewEvent] = []
+        self._payloads: dict[str, tuple[BaseMessage, Normalized]] = {}
+        self.resume: ResumeStart | None = None
+        """Set when the run is a resume whose origin the writer looks up."""
+
+    # -- output ------------------------------------------------------------------------------------
+    def take(self) -> list[Output]:
+        """The events produced since the last call, in run order."""
+        out, self._out = self._out, []
+        return out
+
+    @property
+    def held(self) -> list[NewEvent]:
+        """Events recorded before the run started (written right after ``run.start``)."""
+        return list(self._held)
+
+    def row(self) -> RunRow | None:
+        """A snapshot of the run row now (None before the run starts)."""
+        state = self.state
+        if not state.started or self.thread_id is None:
+            return None
+        terminal = state.status in TERMINAL_STATUSES
+        row = RunRow(
+            run_id=self.run_id, thread_id=self.thread_id, user_id=self.user_id, status=state.status,
+            started_at=state.started_at, ended_at=state.ended_at if terminal else None,
+            resumed_from=self.resumed_from, error=state.error if terminal else None,
+            metadata={"run_name": state.run_name, "caller": state.caller},
+            **self.tally.row_fields(),
+        )
+        return self.resume.patch_row(row) if self.resume is not None else row
+
+    # -- chains ------------------------------------------------------------------------------------
+    def chain_start(self, run_id: uuid.UUID, parent_run_id: uuid.UUID | None, name: str, inputs: Any,
+                    tags: list[str] | None, metadata: dict[str, Any] | None) -> None:
+        if parent_run_id is None:
+            self._start_root(run_id, name, inputs, tags, metadata)
+            return
+        state = self.state
+        if not state.started:
+            return
+        state.chain_names[run_id] = str((metadata or {}).get("langgraph_node") or name)
+        if state.baseline is None and parent_run_id == state.root and isinstance(inputs, Mapping):
+            messages = inputs.get("messages")
+            if isinstance(messages, list):
+                previous = messages[: max(0, len(messages) - state.root_input_count)]
+                state.baseline = {m.id for m in previous if isinstance(getattr(m, "id", None), str)}
+
+    def chain_end(self, outputs: Any, run_id: uuid.UUID) -> None:
+        state = self.state
+        if run_id == state.root and not state.ended:
+            self._end_root(outputs)
+        elif state.started and not state.ended:
+            state.chain_names.pop(run_id, None)
+            answerable = state.answerable()
+            for message in p.tool_messages(outputs) if answerable else ():
+                if message.tool_call_id in answerable:  # _tool_result skips a repeated id
+                    self._tool_result(message, state.caller_of_call(message.tool_call_id), None)
+
+    def chain_error(self, error: BaseException, run_id: uuid.UUID) -> None:
+        state = self.state
+        if not state.started or state.ended:
+            return
+        self._note_interrupts(error)
+        if run_id == state.root:
+            self._fail_root(error)
+        elif not p.is_bubble_up(error) and state.error_node is None:
+            state.error_node = state.chain_names.get(run_id)
+
+    # -- models ------------------------------------------------------------------------------------
+    def model_start(self, run_id: uuid.UUID, parent_run_id: uuid.UUID | None, kind: str, inputs: Any,
+                    tags: list[str] | None, metadata: dict[str, Any] | None,
+                    params: Mapping[str, Any] | None) -> None:
+        state = self.state
+        if parent_run_id is None and not state.started:
+            self._start_root(run_id, kind, inputs, tags, metadata)
+        if not state.started or state.ended:
+            return
+        params = params or {}
+        model = params.get("model_name") or params.get("model") or (metadata or {}).get("ls_model_name")
+        state.llm_calls[run_id] = LlmCall(p.caller_of(tags), str(model) if model else None,
+                                          state.next_llm_index(), time.monotonic())
+
+    def new_token(self, run_id: uuid.UUID) -> None:
+        call = self.state.llm_calls.get(run_id)
+        if call is not None and call.first_token_at is None:
+            call.first_token_at = time.monotonic()
+
+    def llm_end(self, response: LLMResult, run_id: uuid.UUID) -> None:
+        state = self.state
+        call = state.llm_calls.pop(run_id, None)
+        if call is None or state.ended:
+            return  # a second on_llm_end for the same call, or a call outside the run
+        message = self._llm_response(call, response)
+        if run_id == state.root:
+            self._end_root(message if message is not None else response.llm_output)
+
+    def llm_error(self, error: BaseException, run_id: uuid.UUID) -> None:
+        state = self.state
+        call = state.llm_calls.pop(run_id, None)
+        if call is None or state.ended:
+            return
+        meta = {"caller": call.caller, "llm_call_index": call.index, "model_name": call.model}
+        self._emit("llm.error", p.error_content(error, with_traceback=False), meta)
+        if run_id == state.root:
+            self._fail_root(error)
+
+    # -- tools -------------------------------------------------------------------------------------
+    def tool_start(self, run_id: uuid.UUID, name: str, call_id: str | None, tags: list[str] | None) -> None:
+        state = self.state
+        if not state.started or state.ended:
+            return
+        state.tool_runs[run_id] = ToolRun(name, call_id, p.caller_of(tags), time.monotonic())
+        if call_id is not None:
+            state.seen_calls.add(call_id)
+        self.tally.tool_calls += 1
+        self.changed = True
+
+    def tool_end(self, output: Any, run_id: uuid.UUID) -> None:
+        tool = self.state.tool_runs.pop(run_id, None)
+        if tool is None or self.state.ended:
+            return
+        status = "success"
+        for message in p.tool_messages(output):
+            self._tool_result(message, tool.caller, tool.name)
+            if message.tool_call_id == tool.call_id and message.status == "error":
+                status = "error"
+        if tool.call_id is not None:
+            size, digest = p.result_digest(output)
+            self._outcome(tool.call_id, tool.name, tool.caller, status, tool,
+                          result_size=size, result_sha256=digest)
+
+    def tool_error(self, error: BaseException, run_id: uuid.UUID) -> None:
+        tool = self.state.tool_runs.pop(run_id, None)
+        if tool is None or self.state.ended:
+            return
+        if p.is_bubble_up(error):  # an interrupt or a parent command, not a failure
+            self._note_interrupts(error)
+            return
+        if tool.call_id is not None:
+            self.state.errored_calls.add(tool.call_id)
+            text = p.capped(f"{type(error).__name__}: {error}", p.ERROR_TEXT_LIMIT)[0]
+            self._outcome(tool.call_id, tool.name, tool.caller, "error", tool, error=text)
+
+    # -- recorders ---------------------------------------------------------------------------------
+    def record(self, event_type: str, content: Any, metadata: Mapping[str, Any] | None,
+               caller: str) -> None:
+        """Any catalog event but the lifecycle ones, validated now (``ValueError``)."""
+        if event_type in LIFECYCLE_EVENTS:
+            raise ValueError(f"{event_type!r} is written by the journal's callbacks, not record()")
+        try:
+            category = category_of(event_type)
+        except KeyError:
+            raise ValueError(f"unknown event type {event_type!r}; see run_journal.catalog") from None
+        self._emit(event_type, content, {"caller": caller, **(metadata or {})}, category)
+
+    def record_middleware(self, tag: str, name: str, hook: str, action: str,
+                          changes: Mapping[str, Any]) -> None:
+        event_type = middleware_event_type(tag)
+        if not isinstance(changes, Mapping):
+            raise ValueError("changes must be a mapping")
+        content = {"name": name, "hook": hook, "action": action, "changes": self.redact(dict(changes))}
+        self.record(event_type, content, None, f"middleware:{name}")
+
+    def record_memory_context(self, content: str | None, content_sha256: str | None) -> bool:
+        if (content is None) == (content_sha256 is None):
+            raise ValueError("pass exactly one of content= or content_sha256=")
+        if content is not None:
+            payload: dict[str, Any] = {"content_sha256": sha256_hex(content), "content_length": len(content)}
+        else:
+            digest = str(content_sha256).lower()
+            if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
+                raise ValueError("content_sha256 must be 64 hexadecimal characters")
+            payload = {"content_sha256": digest}
+        if self.state.memory_recorded:
+            return False
+        self.record("context:memory", payload, None, p.LEAD_AGENT)
+        self.state.memory_recorded = True
+        return True
+
+    def record_subagent(self, mapped: Mapping[str, Any]) -> None:
+        """One ``subagent_run_event`` mapping; a task's reported usage is counted once per task."""
+        content, state = mapped["content"], self.state
+        task_id = content["task_id"]
+        name = content.get("subagent") or state.open_tasks.get(task_id) or "task"
+        caller = f"subagent:{name}"
+        if mapped["event_type"] == "subagent.start":
+            state.open_tasks[task_id] = str(name)
+        elif mapped["event_type"] == "subagent.end":
+            state.open_tasks.pop(task_id, None)
+            usage = usage_from_mapping(content.get("usage"))
+            seen = self.tally.by_caller.get(caller)
+            if seen is not None and seen.llm_calls:
+                usage = None  # the subagent ran in-process: its model calls were already counted
+            if usage is not None and task_id not in state.counted_tasks:
+                state.counted_tasks.add(task_id)
+                self.tally.add_external(caller, content.get("model"), usage)
+                self.changed = True
+        self._emit(mapped["event_type"], content, {"caller": caller, **mapped["metadata"]},
+                   mapped["category"])
+
+    def finish_unended(self) -> None:
+        """The journal is closing: a run that started and never ended is recorded as cancelled."""
+        if self.state.started and not self.state.ended:
+            self._terminal("run.cancel", RunStatus.CANCELLED,
+                           {"reason": "the journal was closed before the run ended"})
+
+    # -- transitions -------------------------------------------------------------------------------
+    def _emit(self, event_type: str, content: Any, metadata: Mapping[str, Any],
+              category: str | None = None, *, created_at: datetime | None = None) -> None:
+        if category is None:  # the journal's own event types: its ids were checked when they were set
+            event = NewEvent._checked_by_producer(
+                self.thread_id or "pending", self.run_id, event_type, EVENTS[event_type].category, content,
+                metadata, created_at or utc_now(), self.user_id,
+            )
+        else:
+            event = NewEvent(
+                thread_id=self.thread_id or "pending", run_id=self.run_id, event_type=event_type,
+                category=category, content=content, metadata=metadata,
+                created_at=created_at or utc_now(), user_id=self.user_id,
+            )
+        (self._out if self.state.started else self._held).append(event)
+
+    def _message_payload(self, message: BaseMessage) -> Normalized:
+        """A message's redacted, normalized payload, computed once per message id per run."""
+        key = message.id if isinstance(message.id, str) and message.id else None
+        cached = self._payloads.get(key) if key else None
+        if cached is None or cached[0] is not message:
+            cached = (message, p.message_payload(message, self.redact))
+            if key:
+                self._payloads[key] = cached
+        return cached[1]
+
+    def _note_interrupts(self, error: BaseException) -> None:
+        for item in p.interrupts_of(error):
+            self.state.interrupts.setdefault(str(getattr(item, "id", id(item))), item)
+
+    def _start_root(self, root: uuid.UUID, name: str, inputs: Any, tags: list[str] | None,
+                    metadata: dict[str, Any] | None) -> None:
+        state = self.state
+        if state.started:
+            return  # one journal records one run; a second root call is not journaled
+        identity = p.langgraph_identity(metadata)
+        if self.thread_id is None:
+            try:
+                self.thread_id = validate_id("thread_id", identity.get("thread_id"))
+            except ValueError:
+                self.thread_id = new_event_id()
+        state.root, state.started_at, state.status = root, utc_now(), RunStatus.RUNNING
+        state.started_mono = time.monotonic()
+        state.caller = p.caller_of(tags)
+        state.run_name = name
+        state.started = True
+        self.changed = True
+        resuming = p.is_resume(inputs)
+        user_meta = {k: v for k, v in (metadata or {}).items() if k not in p.LANGGRAPH_KEYS}
+        content = {"run_name": name, "input_preview": p.input_preview(inputs),
+                   "resumed_from": self.resumed_from}
+        meta = {"caller": state.caller, "langgraph": p.bounded(self.redact(identity)),
+                "tags": list(tags or []), "run_metadata": p.bounded(self.redact(user_meta)),
+                "resumed_from": self.resumed_from}
+        self._emit("run.start", content, meta, created_at=state.started_at)
+        if resuming and self.resumed_from is None:
+            start = self._out.pop()
+            assert isinstance(start, NewEvent)
+            self.resume = ResumeStart(start)
+            self._out.append(self.resume)
+        for event in self._held:
+            self._out.append(_moved(event, self.thread_id))
+        self._held = []
+        messages = [] if resuming else p.input_messages(inputs)
+        state.root_input_count = len(messages)
+        human = next((m for m in messages if p.is_visible_human(m)), None)
+        if human is not None:
+            self.tally.messages += 1
+            self.tally.first_human = cap_text(p.message_text(human))
+            self._emit("llm.human.input", self._message_payload(human),
+                       {"caller": state.caller, "message_id": human.id})
+
+    def _llm_response(self, call: LlmCall, response: LLMResult) -> BaseMessage | None:
+        generations = [g for batch in response.generations for g in batch]
+        first = generations[0] if generations else None
+        chat = first.message if isinstance(first, ChatGeneration) else None
+        message = chat or AIMessage(content=first.text if first is not None else "")
+        model = model_name_of(response, call.model)
+        usage = extract_usage(response)
+        priced = self.tally.add_call(call.caller, model, usage)
+        ttft = None if call.first_token_at is None else int((call.first_token_at - call.started) * 1000)
+        meta = {
+            "caller": call.caller, "llm_call_index": call.index, "model_name": model,
+            "usage": usage.to_dict() if usage else None, "cost_usd": priced.cost_usd,
+            "latency_ms": int((time.monotonic() - call.started) * 1000), "time_to_first_token_ms": ttft,
+            "message_id": message.id,
+        }
+        self.tally.messages += 1
+        self.changed = True
+        if call.caller == p.LEAD_AGENT and (text := p.message_text(message)):
+            self.tally.last_ai = cap_text(text)
+        self._emit("llm.ai.response", self._message_payload(message), meta)
+        for tool_call in getattr(message, "tool_calls", None) or []:
+            call_id = tool_call.get("id")
+            if not isinstance(call_id, str) or not call_id:
+                continue
+            preview, cut = p.args_preview(tool_call.get("args", {}), self.redact)
+            name = str(tool_call.get("name", ""))
+            self.state.open_calls[call_id] = (name, call.caller)
+            self._emit(
+                "tool.call",
+                {"tool_call_id": call_id, "tool_name": name, "args_preview": preview, "args_truncated": cut},
+                {"caller": call.caller, "tool_call_id": call_id, "llm_call_index": call.index},
+            )
+        return chat
+
+    def _tool_result(self, message: Any, caller: str, tool_name: str | None) -> None:
+        state = self.state
+        call_id = message.tool_call_id
+        if call_id in state.results_done:
+            return
+        state.results_done.add(call_id)
+        if message.status == "error" and call_id not in state.errored_calls:
+            state.errored_calls.add(call_id)
+            self.tally.tool_errors += 1
+        self.tally.messages += 1
+        self.changed = True
+        meta = {"caller": caller, "tool_call_id": call_id, "tool_name": message.name or tool_name,
+                "status": message.status}
+        self._emit("llm.tool.result", self._message_payload(message), meta)
+
+    def _outcome(self, call_id: str, name: str, caller: str, outcome: str, tool: ToolRun | None,
+                 **extra: Any) -> None:
+        state = self.state
+        if call_id in state.outcomes_done:
+            return
+        state.outcomes_done.add(call_id)
+        state.open_calls.pop(call_id, None)
+        if outcome == "error" and tool is not None:
+            self.tally.tool_errors += 1
+            self.changed = True
+        duration = None if tool is None else int((time.monotonic() - tool.started) * 1000)
+        content = {"tool_call_id": call_id, "tool_name": name, "outcome": outcome,
+                   "duration_ms": duration, **extra}
+        self._emit("tool.outcome", content, {"caller": caller, "tool_call_id": call_id})
+
+    def _close_open_work(self, *, missing: bool) -> None:
+        """Before a terminal event: close unfinished subagent tasks and (optionally) unanswered calls."""
+        from run_journal.subagents import subagent_run_event  # subagents imports the journal lazily too
+
+        for task_id in list(self.state.open_tasks):
+            mapped = subagent_run_event({"type": "task_cancelled", "task_id": task_id,
+                                         "closed_by_journal": True}, redact=self.redact)
+            if mapped is not None:
+                self.record_subagent(mapped)
+        if missing:
+            for call_id, (name, caller) in list(self.state.open_calls.items()):
+                self._outcome(call_id, name, caller, "missing", None)
+
+    def _terminal(self, event_type: str, status: RunStatus, content: Any, error: str | None = None) -> None:
+        state = self.state
+        self._close_open_work(missing=status != RunStatus.INTERRUPTED)
+        state.ended, state.status, state.error = True, status, error
+        state.ended_at = utc_now()
+        self.changed = True
+        duration = int((time.monotonic() - state.started_mono) * 1000)
+        meta = {"status": status.value, "duration_ms": duration, "caller": state.caller}
+        self._emit(event_type, content, meta, created_at=state.ended_at)
+
+    def _end_root(self, output: Any) -> None:
+        state = self.state
+        pending = output.get("__interrupt__") if isinstance(output, Mapping) else None
+        if state.interrupts or pending:
+            items = list(state.interrupts.values()) or list(pending or [])
+            self._terminal("run.interrupt", RunStatus.INTERRUPTED, {"interrupts": p.interrupt_payload(items)})
+            return
+        produced, truncated, keys = p.produced_messages(
+            output, state.baseline, self.redact, self._message_payload
+        )
+        self._terminal("run.end", RunStatus.SUCCESS, p.end_content(produced, truncated, keys))
+
+    def _fail_root(self, error: BaseException) -> None:
+        state = self.state
+        if isinstance(error, CANCELLED):
+            self._terminal("run.cancel", RunStatus.CANCELLED, {"reason": f"{type(error).__name__}"})
+        elif state.interrupts or p.is_bubble_up(error):
+            self._terminal("run.interrupt", RunStatus.INTERRUPTED,
+                           {"interrupts": p.interrupt_payload(state.interrupts.values())})
+        else:
+            content = {**p.error_content(error, with_traceback=True), "node": state.error_node}
+            self._terminal("run.error", RunStatus.ERROR, content, error=str(content["message"]))
+
+
+def _moved(event: NewEvent, thread_id: str | None) -> NewEvent:
+    """An event recorded before the thread was known, moved to the run's thread."""
+    if thread_id is None or event.thread_id == thread_id:
+        return event
+    return NewEvent(
+        thread_id=thread_id, run_id=event.run_id, event_type=event.event_type, category=event.category,
+        content=event.content, metadata=event.metadata, created_at=event.created_at,
+        event_id=event.event_id, user_id=event.user_id,
+    )
+
