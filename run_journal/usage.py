@@ -274,6 +274,10 @@ class RunTally:
             buckets.setdefault(key[part], []).append(totals)
         return {name: _fold(parts) for name, parts in buckets.items()}
 
+    def copy(self) -> RunTally:
+        """A snapshot that later calls do not change (the groups are immutable totals)."""
+        return dataclasses.replace(self, groups=dict(self.groups))
+
     def row_fields(self) -> dict[str, Any]:
         """The ``RunRow`` fields this tally owns."""
         return {

@@ -98,6 +98,8 @@ class DeferredEvent(Protocol):
 
 
 Item = NewEvent | DeferredEvent
+RowSnapshot = Callable[[], RunRow]
+"""The run row as it stood when submitted, built only if the writer writes it."""
 
 
 class StoreTimeoutError(TimeoutError):
@@ -132,7 +134,7 @@ class EventWriter:
         self._room = threading.Condition(self._lock)
         self._queue: deque[Item] = deque()
         self._submitted = self._done = 0
-        self._row: RunRow | None = None
+        self._row: RowSnapshot | None = None
         self._row_after = self._row_version = self._row_stored = 0
         self._waiters: list[_Waiter] = []
         self._failure: BaseException | None = None
@@ -212,7 +214,7 @@ class EventWriter:
             self._timer = loop.call_later(self.flush_interval, self._wake.set)
 
     # -- producers (any thread) --------------------------------------------------------------------
-    def submit(self, items: Sequence[Item], row: RunRow | None = None, *, urgent: bool = False) -> bool:
+    def submit(self, items: Sequence[Item], row: RowSnapshot | None = None, *, urgent: bool = False) -> bool:
         """Queue events (and the run row as it stands after them). True: the caller runs on the
         writer's loop and the queue is over ``max_pending``; it should ``await room()``."""
         with self._lock:
@@ -264,7 +266,7 @@ class EventWriter:
         with self._lock:
             events = [item if isinstance(item, NewEvent) else item.known_event for item in self._queue]
             row = self._row if self._row_version > self._row_stored else None
-        return events, None if row is None else self._patched(row)
+        return events, None if row is None else self._patched(row())
 
     # -- flush and close (any loop or thread) ------------------------------------------------------
     async def flush(self) -> None:
@@ -433,7 +435,8 @@ class EventWriter:
         terminal = events[-1] if events[-1].event_type in TERMINAL_RUN_EVENTS else None
         if row is not None and terminal is not None and version > self._row_stored:
             try:  # the run's end in one step: last events, terminal event, final row
-                closed = await self._deadline(store.put_run_close(events[:-1], terminal, self._patched(row)))
+                final = self._patched(row())
+                closed = await self._deadline(store.put_run_close(events[:-1], terminal, final))
             except Exception:
                 logger.debug("run-journal: put_run_close failed; writing step by step", exc_info=True)
             else:
@@ -470,7 +473,7 @@ class EventWriter:
             row, version = self._row, self._row_version
             if row is None or version <= self._row_stored or self._row_after > self._done:
                 return
-        await self._call(functools.partial(store.put_run, self._patched(row)))
+        await self._call(functools.partial(store.put_run, self._patched(row())))
         self._row_written(version)
 
     def _patched(self, row: RunRow) -> RunRow:

@@ -343,8 +343,8 @@ async def test_a_flush_or_close_waiting_on_a_cancelled_flush_still_returns(
 
     store = SlowStore()
     writer = EventWriter(store)
-    writer.submit([NewEvent(thread_id="t", run_id="r", event_type="run.start", category="trace",
-                            event_id="start")], RunRow(run_id="r", thread_id="t", status=RunStatus.RUNNING))
+    start = NewEvent(thread_id="t", run_id="r", event_type="run.start", category="trace", event_id="start")
+    writer.submit([start], lambda: RunRow(run_id="r", thread_id="t", status=RunStatus.RUNNING))
     first = asyncio.create_task(asyncio.wait_for(writer.flush(), 0.1))
     await asyncio.sleep(0.05)  # the first flush is inside the store
     second = asyncio.create_task(writer.aclose() if closing else writer.flush())

@@ -196,7 +196,7 @@ class RunJournal(BaseCallbackHandler):
         if status != self._row_status or (
             recorder.changed and (row_due or time.monotonic() - self._row_at >= self._row_interval)
         ):
-            row = recorder.row()
+            row = recorder.snapshot()
             if row is not None:
                 self._row_status, self._row_at, recorder.changed = status, time.monotonic(), False
         else:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
@@ -111,19 +112,23 @@ class RunRecorder:
         return list(self._held)
 
     def row(self) -> RunRow | None:
-        """A snapshot of the run row now (None before the run starts)."""
+        """The run row now (None before the run starts)."""
+        snapshot = self.snapshot()
+        return None if snapshot is None else snapshot()
+
+    def snapshot(self) -> RowSnapshot | None:
+        """The run row as it stands now, built when called: the writer builds only what it writes."""
         state = self.state
         if not state.started or self.thread_id is None:
             return None
         terminal = state.status in TERMINAL_STATUSES
-        row = RunRow(
-            run_id=self.run_id, thread_id=self.thread_id, user_id=self.user_id, status=state.status,
-            started_at=state.started_at, ended_at=state.ended_at if terminal else None,
-            resumed_from=self.resumed_from, error=state.error if terminal else None,
+        return functools.partial(
+            _build_row, self.tally.copy(), self.resume, run_id=self.run_id, thread_id=self.thread_id,
+            user_id=self.user_id, status=state.status, started_at=state.started_at,
+            ended_at=state.ended_at if terminal else None, resumed_from=self.resumed_from,
+            error=state.error if terminal else None,
             metadata={"run_name": state.run_name, "caller": state.caller},
-            **self.tally.row_fields(),
         )
-        return self.resume.patch_row(row) if self.resume is not None else row
 
     # -- chains ------------------------------------------------------------------------------------
     def chain_start(self, run_id: uuid.UUID, parent_run_id: uuid.UUID | None, name: str, inputs: Any,
@@ -481,6 +486,14 @@ class RunRecorder:
         else:
             content = {**p.error_content(error, with_traceback=True), "node": state.error_node}
             self._terminal("run.error", RunStatus.ERROR, content, error=str(content["message"]))
+
+
+RowSnapshot = Callable[[], RunRow]
+
+
+def _build_row(tally: RunTally, resume: ResumeStart | None, **fields: Any) -> RunRow:
+    row = RunRow(**fields, **tally.row_fields())
+    return resume.patch_row(row) if resume is not None else row
 
 
 def _moved(event: NewEvent, thread_id: str | None) -> NewEvent:
