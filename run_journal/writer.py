@@ -114,7 +114,8 @@ class _Exhausted(Exception):
 class _Waiter:
     events: int
     row: int
-    future: concurrent.futures.Future[None]
+    future: asyncio.Future[None] | concurrent.futures.Future[None]
+    """An asyncio future for a flush on the writer's loop, a thread-safe one for anyone else."""
 
 
 class EventWriter:
@@ -270,8 +271,11 @@ class EventWriter:
 
     # -- flush and close (any loop or thread) ------------------------------------------------------
     async def flush(self) -> None:
-        future = self._request_flush()
-        if future is not None:
+        running = asyncio.get_running_loop()
+        future = self._request_flush(running if running is self._loop else None)
+        if isinstance(future, asyncio.Future):
+            await future
+        elif future is not None:
             await asyncio.wrap_future(future)
 
     async def aclose(self) -> None:
@@ -300,7 +304,7 @@ class EventWriter:
         if loop is not None and self._on_loop_thread() and loop.is_running():
             raise JournalError("the journal's writer runs on this thread's event loop: use 'async with' "
                                "or 'await journal.aclose()' instead of the sync form")
-        future = self._request_flush()
+        future = self._request_flush(None)
         if future is not None:
             future.result()
         first, stopped = self._begin_stop()
@@ -335,7 +339,11 @@ class EventWriter:
             running = None
         return running is loop or (loop.is_running() and not self._on_loop_thread())
 
-    def _request_flush(self) -> concurrent.futures.Future[None] | None:
+    def _request_flush(
+        self, on_loop: asyncio.AbstractEventLoop | None
+    ) -> asyncio.Future[None] | concurrent.futures.Future[None] | None:
+        """A waiter for what is queued now (None: it is all stored), settled by the drain;
+        ``on_loop`` is the writer's loop when the caller runs on it."""
         with self._lock:
             if self._done == self._submitted and self._row_stored == self._row_version:
                 return None
@@ -343,7 +351,8 @@ class EventWriter:
             if self._finished or (loop is not None and not self._reachable(loop)):
                 raise JournalError(f"the journal's writer has stopped (its event loop is gone); "
                                    f"{len(self._queue)} event(s) unwritten")
-            waiter = _Waiter(self._submitted, self._row_version, concurrent.futures.Future())
+            future = concurrent.futures.Future[None]() if on_loop is None else on_loop.create_future()
+            waiter = _Waiter(self._submitted, self._row_version, future)
             self._waiters.append(waiter)
             self._failure = None  # a flush tries the store again
             self._signalled = True
@@ -351,14 +360,13 @@ class EventWriter:
         return waiter.future
 
     async def _shutdown(self) -> None:
-        """On the writer's loop, once everything is written: stop the drain, close a URL store, and
-        answer flushes that raced the close."""
+        """On the writer's loop, once everything is written: let the drain end, close a URL store,
+        and answer flushes that raced the close."""
         with self._lock:
             self._finished = True
+        self._wake.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await self._task  # ends at once: nothing is left behind on the caller's loop
         if self._url is not None and self._store is not None:
             store, self._store = self._store, None
             try:
@@ -389,6 +397,8 @@ class EventWriter:
     async def _drain(self) -> None:
         while True:
             await self._wake.wait()
+            if self._finished:
+                return
             self._wake.clear()
             if self._timer is not None:
                 self._timer.cancel()
@@ -515,7 +525,8 @@ class EventWriter:
 
     async def _deadline(self, call: Awaitable[T]) -> T:
         """Await ``call`` for at most ``store_timeout`` seconds. A call that does not answer is
-        abandoned, not awaited: a driver cleaning up after a dead connection may hang as well."""
+        abandoned, not awaited: a driver cleaning up after a dead connection may hang as well (with
+        PostgreSQL's packets dropped, asyncpg's cleanup alone takes seconds)."""
         task = asyncio.ensure_future(call)
         done, _ = await asyncio.wait((task,), timeout=self.store_timeout)
         if not done:

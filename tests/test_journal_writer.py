@@ -79,7 +79,8 @@ async def test_a_row_the_store_refuses_does_not_count_stored_events_as_unwritten
 
 async def test_store_that_fails_twice_then_recovers(store: RunEventStore) -> None:
     flaky = FlakyStore(store, failures=2)
-    journal = RunJournal(flaky, thread_id="t1", retry=FAST)  # type: ignore[arg-type]  # a duck-typed proxy
+    # the batch timer is far off: one batch at the run's end, however slow the machine
+    journal = RunJournal(flaky, thread_id="t1", retry=FAST, flush_interval=60)  # type: ignore[arg-type]  # a duck-typed proxy
     await one_node_graph().ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
     await journal.aclose()
     events = await stored(store, journal)
