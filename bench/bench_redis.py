@@ -33,8 +33,8 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from run_journal import NewEvent, open_store
-from run_journal.stores._redis_records import encode
 from run_journal.stores.redis import RedisRunEventStore
+from run_journal.stores.redis.records import encode
 
 REDIS_URL = os.environ.get("RUN_JOURNAL_REDIS_URL", "redis://127.0.0.1:6379/0")
 WRITERS = 8

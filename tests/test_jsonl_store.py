@@ -17,9 +17,10 @@ import pytest
 from blockbuster import BlockingError, blockbuster_ctx
 
 from run_journal import NewEvent, RunRow, open_store
-from run_journal.stores import jsonl_log
-from run_journal.stores.jsonl import JsonlRunEventStore, file_name
-from run_journal.stores.jsonl_log import CorruptRecordWarning
+from run_journal.stores.base import file_name
+from run_journal.stores.jsonl import JsonlRunEventStore
+from run_journal.stores.jsonl import log as jsonl_log
+from run_journal.stores.jsonl.log import CorruptRecordWarning
 
 WRITER = Path(__file__).with_name("_conformance_writer.py")
 GUARD = 120.0  # a hang guard, not a timing assertion
@@ -257,7 +258,7 @@ async def test_file_work_runs_off_the_event_loop(store: JsonlRunEventStore) -> N
 
 async def test_the_blocking_check_would_notice_file_work_on_the_loop(store: JsonlRunEventStore) -> None:
     with blockbuster_ctx("run_journal"), pytest.raises(BlockingError):
-        store._last_seq("t")  # the sync helper, called on the loop on purpose
+        store._last_seq_sync("t")  # the sync helper, called on the loop on purpose
 
 
 def test_the_lock_file_is_never_removed_so_processes_share_one_inode(tmp_path: Path) -> None:

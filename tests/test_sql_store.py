@@ -7,18 +7,25 @@ SQLite and PostgreSQL, a killed writer) is the conformance kit in ``test_store_c
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
 import sys
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from conftest import backend_url
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from run_journal import NewEvent, open_store
 from run_journal.stores.base import CONTRACT_MAJOR, IncompatibleStoreError, StoreClosedError
-from run_journal.stores.sql import SqlRunEventStore
-from run_journal.stores.sql_schema import SCHEMA_VERSION, engine_url
+from run_journal.stores.postgres import PostgresRunEventStore
+from run_journal.stores.sql import SqlRunEventStore, engine_url
+from run_journal.stores.sql_schema import SCHEMA_VERSION, meta
+from run_journal.stores.sqlite import SqliteRunEventStore
 
 GUARD = 120.0
 
@@ -28,22 +35,34 @@ def sql_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     return backend_url(request.param, request, tmp_path_factory)
 
 
-async def recorded_meta(store: SqlRunEventStore) -> dict[str, str]:
-    from sqlalchemy import select
+@contextlib.asynccontextmanager
+async def database(url: str) -> AsyncIterator[AsyncConnection]:
+    """A transaction of the test's own on a store's database (the store's schema for tables)."""
+    driver_url, schema = engine_url(url)
+    engine = create_async_engine(driver_url)
+    try:
+        async with engine.begin() as conn:
+            if schema:
+                await conn.execution_options(schema_translate_map={None: schema})
+            yield conn
+    finally:
+        await engine.dispose()
 
-    from run_journal.stores.sql_schema import meta
 
-    async with store._reader.connect() as conn:
+async def recorded_meta(url: str) -> dict[str, str]:
+    async with database(url) as conn:
         return {str(k): str(v) for k, v in await conn.execute(select(meta.c.key, meta.c.value))}
 
 
-async def set_meta(store: SqlRunEventStore, key: str, value: str) -> None:
-    from sqlalchemy import update
-
-    from run_journal.stores.sql_schema import meta
-
-    async with store._writer.begin() as conn:
+async def set_meta(url: str, key: str, value: str) -> None:
+    async with database(url) as conn:
         await conn.execute(update(meta).where(meta.c.key == key).values(value=value))
+
+
+def open_handles(path: Path) -> int:
+    """Descriptors of this process open on ``path`` (one per live SQLite connection to it)."""
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if os.path.realpath(fd) == str(path.resolve()))
 
 
 def event(thread_id: str = "t", n: int = 0, **fields: object) -> NewEvent:
@@ -83,7 +102,7 @@ async def test_setup_is_idempotent_and_records_versions(sql_url: str) -> None:
         written = await store.put(thread_id="t", run_id="r", event_type="tool.call", category="trace")
         await store.setup()
         await store.setup()
-        assert await recorded_meta(store) == {
+        assert await recorded_meta(sql_url) == {
             "schema_version": str(SCHEMA_VERSION), "contract_major": str(CONTRACT_MAJOR),
             "contract_version": "1.0.0",
         }
@@ -94,7 +113,7 @@ async def test_setup_is_idempotent_and_records_versions(sql_url: str) -> None:
 async def test_a_store_of_another_contract_major_is_refused_by_name(sql_url: str) -> None:
     async with open_store(sql_url) as store:
         assert isinstance(store, SqlRunEventStore)
-        await set_meta(store, "contract_major", str(CONTRACT_MAJOR + 1))
+    await set_meta(sql_url, "contract_major", str(CONTRACT_MAJOR + 1))
     refused = open_store(sql_url)
     named = rf"major version {CONTRACT_MAJOR + 1}.*major version {CONTRACT_MAJOR}"
     with pytest.raises(IncompatibleStoreError, match=named):
@@ -107,7 +126,7 @@ async def test_a_store_of_another_contract_major_is_refused_by_name(sql_url: str
 async def test_a_newer_schema_version_is_refused_by_name(sql_url: str) -> None:
     async with open_store(sql_url) as store:
         assert isinstance(store, SqlRunEventStore)
-        await set_meta(store, "schema_version", str(SCHEMA_VERSION + 5))
+    await set_meta(sql_url, "schema_version", str(SCHEMA_VERSION + 5))
     refused = open_store(sql_url)
     named = rf"version {SCHEMA_VERSION + 5}.*up to {SCHEMA_VERSION}"
     with pytest.raises(IncompatibleStoreError, match=named):
@@ -140,7 +159,7 @@ async def test_two_processes_set_up_a_fresh_store_at_once(sql_url: str) -> None:
         assert isinstance(store, SqlRunEventStore)
         assert sorted(e.event_id for e in await store.list_events("setup")) == ["w0", "w1"]
         assert [e.seq for e in await store.list_events("setup")] == [1, 2]
-        assert (await recorded_meta(store))["schema_version"] == str(SCHEMA_VERSION)
+    assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION)
 
 
 async def test_a_v1_store_gains_first_put_at_and_keeps_its_run_order(sql_url: str) -> None:
@@ -156,13 +175,14 @@ async def test_a_v1_store_gains_first_put_at_and_keeps_its_run_order(sql_url: st
         old = datetime(2020, 1, 1, tzinfo=UTC)
         await store.put_run(RunRow(run_id="b-old", thread_id="t", updated_at=old))
         await store.put_run(RunRow(run_id="a-new", thread_id="t"))
-        table = f'"{store.schema_name}".run_journal_runs' if store.schema_name else "run_journal_runs"
-        async with store._writer.begin() as conn:  # make it look like a v1 store
-            await conn.execute(text(f"ALTER TABLE {table} DROP COLUMN first_put_at"))
-        await set_meta(store, "schema_version", "1")
+    schema = engine_url(sql_url)[1]
+    table = f'"{schema}".run_journal_runs' if schema else "run_journal_runs"
+    async with database(sql_url) as conn:  # make it look like a v1 store
+        await conn.execute(text(f"ALTER TABLE {table} DROP COLUMN first_put_at"))
+    await set_meta(sql_url, "schema_version", "1")
     async with open_store(sql_url) as store:
         assert isinstance(store, SqlRunEventStore)
-        assert (await recorded_meta(store))["schema_version"] == str(SCHEMA_VERSION) == "2"
+        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION) == "2"
         assert [row.run_id for row in await store.list_runs("t")] == ["b-old", "a-new"]
         await store.put_run(RunRow(run_id="b-old", thread_id="t"))  # an update does not move it
         assert [row.run_id for row in await store.list_runs("t")] == ["b-old", "a-new"]
@@ -264,25 +284,28 @@ async def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:
 
 
 async def test_sqlite_page_reads_replace_a_broken_kept_connection(tmp_path: Path) -> None:
-    async with SqlRunEventStore.from_url(f"sqlite:///{tmp_path / 'j.db'}") as store:
+    path = tmp_path / "j.db"
+    async with SqlRunEventStore.from_url(f"sqlite:///{path}") as store:
+        assert isinstance(store, SqliteRunEventStore)
         await store.put(thread_id="t", run_id="r", event_type="tool.call", category="trace")
         assert len(await store.list_events("t")) == 1
-        engine = store._engine.sync_engine
-        await (await store._reader_conn.driver()).close()  # the reader's driver connection dies
-        with pytest.raises(ValueError, match="connection"):  # aiosqlite: no active connection
+        kept = open_handles(path)  # the reader's connection and the writer's
+        await store._reader.run(lambda connection: connection.close())  # the reader's connection dies
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
             await store.list_events("t")
         assert [e.seq for e in await store.list_events("t")] == [1]  # a fresh connection took over
-        checked_out = engine.pool.checkedout()  # type: ignore[attr-defined]  # QueuePool method
-    assert checked_out <= 2  # the reader and the writer: the broken one went back to nobody
+        assert open_handles(path) == kept  # the broken one went back to nobody
+    assert open_handles(path) == 0
     with pytest.raises(StoreClosedError):
         await store.list_events("t")
 
 
 async def test_sqlite_writes_replace_a_broken_kept_connection(tmp_path: Path) -> None:
     async with SqlRunEventStore.from_url(f"sqlite:///{tmp_path / 'j.db'}") as store:
+        assert isinstance(store, SqliteRunEventStore)
         await store.put(thread_id="t", run_id="r", event_type="tool.call", category="trace")
-        await (await store._writer_conn.driver()).close()  # the writer's driver connection dies
-        with pytest.raises(ValueError, match="connection"):
+        await store._writer.run(lambda connection: connection.close())  # the writer's connection dies
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
             await store.put(thread_id="t", run_id="r", event_type="tool.call", category="trace")
         again = await store.put(thread_id="t", run_id="r", event_type="tool.call", category="trace")
         assert again.seq == 2  # a fresh connection took over; the failed write left no trace
@@ -295,8 +318,9 @@ async def test_a_store_around_an_existing_engine_leaves_it_open(tmp_path: Path) 
 
     engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'own.db'}")
     async with SqlRunEventStore(engine) as store:
+        assert isinstance(store, SqliteRunEventStore)
         await store.put(thread_id="t", run_id="r", event_type="tool.call", category="trace")
-    async with SqlRunEventStore(engine) as again:  # a second store on the same engine: one BEGIN hook
+    async with SqlRunEventStore(engine) as again:  # a second store on the same engine
         assert await again.last_seq("t") == 1
         await again.put(thread_id="t", run_id="r", event_type="tool.call", category="trace")
     async with engine.connect() as conn:
@@ -320,10 +344,9 @@ async def test_schema_parameter_isolates_stores(pg_database: str) -> None:
         assert await b.list_events("t") == []
         assert await b.list_threads() == []
         assert (await b.put(thread_id="t", run_id="r", event_type="tool.call", category="trace")).seq == 1
-        assert isinstance(a, SqlRunEventStore)
         from sqlalchemy import text
 
-        async with a._reader.connect() as conn:
+        async with database(pg_database) as conn:
             found = await conn.execute(text(
                 "SELECT table_schema, table_name FROM information_schema.tables "
                 "WHERE table_name LIKE 'run_journal_%' AND table_schema IN ('iso_a', 'iso_b', 'public') "
@@ -349,14 +372,14 @@ asyncio.run(main())
 async def test_postgres_follow_wakes_on_notify_from_another_process(pg_database: str) -> None:
     url = f"{pg_database}?schema=follow_notify"
     async with open_store(url) as store:
-        assert isinstance(store, SqlRunEventStore)
+        assert isinstance(store, PostgresRunEventStore)
         # Polling would take an hour: only NOTIFY can deliver the event within the guard.
         store.follow_fallback_interval = 3600.0
         store.follow_poll_interval = 3600.0
         follower = store.follow("live")
         first = asyncio.ensure_future(anext(follower))
 
-        while store._listener is None or store._listener._connection is None:  # noqa: ASYNC110
+        while store._listener is None or not store._listener.listening:  # noqa: ASYNC110
             await asyncio.sleep(0.01)  # the follower is listening
         async with asyncio.timeout(GUARD):
             writer = await asyncio.create_subprocess_exec(

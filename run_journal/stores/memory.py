@@ -1,7 +1,8 @@
 """``MemoryRunEventStore``: the whole contract in one process, for tests, notebooks and examples.
 
-Records are kept as the serialized JSON the envelope produced, and every read decodes a fresh copy, so
-nothing a caller does to a returned event (or to the ``NewEvent`` it wrote) can reach the store.
+Records are kept as the ``NewEvent`` written (its payload as the serialized JSON the envelope
+produced), and every read decodes a fresh copy, so nothing a caller does to a returned event (or to
+the ``NewEvent`` it wrote) can reach the store.
 
 Each thread keeps its events in a list ordered by seq, plus the same for its messages and for each of
 its runs, so a page is a ``bisect`` and a short walk, never a scan of the store. One ``threading.Lock``
@@ -13,25 +14,139 @@ wake (thread-safely), so a tail costs nothing while the thread is idle.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import contextlib
+import dataclasses
+import itertools
+import operator
 import threading
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Any, Final, NamedTuple
 
-from run_journal.catalog import TERMINAL_RUN_EVENTS
-from run_journal.envelope import NewEvent, RunEvent, dumps, utc_now, validate_id
+from run_journal.envelope import NewEvent, RunEvent, dumps, loads, utc_now
 from run_journal.runs import RunRow, may_replace
-from run_journal.stores._memory_records import Column, Record, StoredRun, ThreadEvents
 from run_journal.stores.base import (
+    MESSAGE,
+    TERMINAL_TYPES,
+    EventQuery,
     RunEventStore,
-    as_new_event,
-    check_after_thread,
-    check_cursor,
-    check_limit,
-    check_statuses,
-    check_user_id,
-    exclusive_set,
-    expand_event_types,
+    RunQuery,
+    ThreadQuery,
+    Waiter,
 )
+
+
+class Record(NamedTuple):
+    """One stored event: its seq and the ``NewEvent`` written (payload kept as JSON text)."""
+
+    seq: int
+    event: NewEvent
+
+    def to_event(self) -> RunEvent:
+        return RunEvent.stored(self.event, self.seq, copy=True)
+
+
+_SEQ: Final = operator.itemgetter(0)
+
+
+class Column:
+    """Records in seq order (``bisect`` finds a cursor by each record's seq)."""
+
+    __slots__ = ("records",)
+
+    def __init__(self, records: list[Record] | None = None) -> None:
+        self.records: list[Record] = records if records is not None else []
+
+    def forward(self, after_seq: int) -> Iterator[Record]:
+        start = bisect.bisect_right(self.records, after_seq, key=_SEQ)
+        return itertools.islice(self.records, start, None)
+
+    def backward(self, before_seq: int | None) -> Iterator[Record]:
+        records = self.records
+        stop = len(records) if before_seq is None else bisect.bisect_left(records, before_seq, key=_SEQ)
+        return (records[i] for i in range(stop - 1, -1, -1))
+
+    def without_run(self, run_id: str) -> Column:
+        return Column([record for record in self.records if record.event.run_id != run_id])
+
+
+class ThreadEvents:
+    """A thread's events, indexes and its never-decreasing seq counter."""
+
+    def __init__(self) -> None:
+        self.last_seq = 0
+        self.events = Column()
+        self.messages = Column()
+        self.run_events: defaultdict[str, Column] = defaultdict(Column)
+        self.run_messages: defaultdict[str, Column] = defaultdict(Column)
+        self.by_event_id: dict[str, Record] = {}
+        self.first_of_type: dict[tuple[str, str], Record] = {}
+        self.users: Counter[str | None] = Counter()
+        self.waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def add(self, event: NewEvent) -> Record:
+        self.last_seq = seq = self.last_seq + 1
+        record = Record(seq, event)
+        run_id = event.run_id
+        self.events.records.append(record)
+        self.run_events[run_id].records.append(record)
+        if event.category == MESSAGE:
+            self.messages.records.append(record)
+            self.run_messages[run_id].records.append(record)
+        self.by_event_id[event.event_id] = record
+        self.first_of_type.setdefault((run_id, event.event_type), record)
+        self.users[event.user_id] += 1
+        return record
+
+    def column(self, query: EventQuery) -> Column | None:
+        """The narrowest index that holds every row ``query`` can select."""
+        if query.run_id is None:
+            return self.messages if query.messages_only else self.events
+        runs = self.run_messages if query.messages_only else self.run_events
+        return runs.get(query.run_id)
+
+    def drop_run(self, run_id: str) -> int:
+        removed = self.run_events.pop(run_id, Column()).records
+        self.run_messages.pop(run_id, None)
+        if removed:
+            self.events = self.events.without_run(run_id)
+            self.messages = self.messages.without_run(run_id)
+            for record in removed:
+                del self.by_event_id[record.event.event_id]
+                self.first_of_type.pop((run_id, record.event.event_type), None)
+                self.users[record.event.user_id] -= 1
+            self.users = +self.users  # drop zero counts
+        return len(removed)
+
+    def wake(self) -> None:
+        waiters, self.waiters = self.waiters, []
+        for loop, future in waiters:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_resolve, future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredRun:
+    row_json: str
+    first_put_at: datetime
+    thread_id: str
+    status: str
+    run_id: str
+    started_at: datetime | None
+
+    def row(self) -> RunRow:
+        return RunRow.from_dict(loads(self.row_json))
+
+    def sort_key(self) -> tuple[datetime, str]:
+        return (self.started_at or self.first_put_at, self.run_id)
 
 
 class MemoryRunEventStore(RunEventStore):
@@ -43,8 +158,14 @@ class MemoryRunEventStore(RunEventStore):
         self._threads: defaultdict[str, ThreadEvents] = defaultdict(ThreadEvents)
         self._runs: dict[str, StoredRun] = {}
 
-    async def aclose(self) -> None:
-        await super().aclose()
+    @classmethod
+    def from_url(cls, url: str = "memory://", **options: Any) -> MemoryRunEventStore:
+        """``memory://``: a new, empty store (it takes no options)."""
+        if options:
+            raise TypeError(f"MemoryRunEventStore takes no options, got {sorted(options)}")
+        return cls()
+
+    async def _release(self) -> None:
         with self._lock:
             for thread in self._threads.values():
                 thread.wake()
@@ -53,185 +174,52 @@ class MemoryRunEventStore(RunEventStore):
     async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
         with self._lock:
             self._check_open()
-            return self._append_locked(batch)
+            written = [self._record(event) for event in batch]
+        # a new write's result may share the writer's payload objects; a repeat gets its own copy
+        return [RunEvent.stored(record.event, record.seq) if new else record.to_event()
+                for record, new in written]
 
-    async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
-        with self._lock:
-            self._check_open()
-            return self._put_if_absent_locked(event, types)
-
-    async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
-        """One locked step: no reader sees the run's last events without its end and its row."""
-        batch = [as_new_event(item) for item in events]
-        types = exclusive_set(terminal.event_type, TERMINAL_RUN_EVENTS)
-        row_json = dumps(row.to_dict())
-        with self._lock:
-            self._check_open()
-            if batch:
-                self._append_locked(batch, results=False)
-            stored, _ = self._record_if_absent(terminal, types)
-            if stored.event.event_id != terminal.event_id:
-                return False
-            self._check_run_owner(row)  # as put_run: the events are written, the row is refused
-            self._put_run_locked(row, row_json)
-        return True
-
-    def _append_locked(self, batch: Sequence[NewEvent], *, results: bool = True) -> list[RunEvent]:
-        touched: dict[str, ThreadEvents] = {}
-        written = []
-        threads = self._threads
-        for event in batch:
-            thread = threads[event.thread_id]
-            record = thread.by_event_id.get(event.event_id)
-            if record is None:  # a new write: its result may share the writer's payload objects
-                record = thread.add(event)
-                touched[event.thread_id] = thread
-                if results:
-                    written.append(RunEvent.stored(event, record.seq))
-            elif results:
-                written.append(record.to_event())
-        for thread in touched.values():
-            thread.wake()
-        return written
-
-    def _put_if_absent_locked(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
-        record, written = self._record_if_absent(event, types)
-        return record.to_event(), written
-
-    def _record_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[Record, bool]:
+    def _record(self, event: NewEvent, types: tuple[str, ...] = ()) -> tuple[Record, bool]:
+        """Under the lock: the stored event with ``event.event_id``, else the run's first of
+        ``types``, else ``event`` stored now (True)."""
         thread = self._threads[event.thread_id]
         existing = thread.by_event_id.get(event.event_id)
-        if existing is None:
+        if existing is None and types:
             firsts = [
                 record for name in types
                 if (record := thread.first_of_type.get((event.run_id, name))) is not None
             ]
-            existing = min(firsts, key=lambda record: record.seq, default=None)
+            existing = min(firsts, key=_SEQ, default=None)
         if existing is not None:
             return existing, False
         record = thread.add(event)
         thread.wake()
         return record, True
 
-    # -- reads -----------------------------------------------------------------------------------
-    def _thread(self, thread_id: str) -> ThreadEvents | None:
-        validate_id("thread_id", thread_id)
-        self._check_open()
-        return self._threads.get(thread_id)
-
-    async def list_messages(
-        self,
-        thread_id: str,
-        *,
-        limit: int = 50,
-        before_seq: int | None = None,
-        after_seq: int | None = None,
-        user_id: str | None = None,
-    ) -> list[RunEvent]:
-        check_user_id(user_id)
+    async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
         with self._lock:
-            thread = self._thread(thread_id)
-            column = thread.messages if thread else None
-            return _page(column, limit, before_seq, after_seq, user_id)
+            self._check_open()
+            record, written = self._record(event, types)
+        return record.to_event(), written
 
-    async def list_messages_by_run(
-        self,
-        thread_id: str,
-        run_id: str,
-        *,
-        limit: int = 50,
-        before_seq: int | None = None,
-        after_seq: int | None = None,
-        user_id: str | None = None,
-    ) -> list[RunEvent]:
-        validate_id("run_id", run_id)
-        check_user_id(user_id)
-        with self._lock:
-            thread = self._thread(thread_id)
-            column = thread.run_messages.get(run_id) if thread else None
-            return _page(column, limit, before_seq, after_seq, user_id)
-
-    async def list_events(
-        self,
-        thread_id: str,
-        run_id: str | None = None,
-        *,
-        event_types: Sequence[str] | None = None,
-        task_id: str | None = None,
-        limit: int = 500,
-        after_seq: int | None = None,
-        user_id: str | None = None,
-    ) -> list[RunEvent]:
-        check_limit(limit)
-        cursor = check_cursor("after_seq", after_seq) or 0
-        names = expand_event_types(event_types)
-        if run_id is not None:
-            validate_id("run_id", run_id)
-        check_user_id(user_id)
-        with self._lock:
-            thread = self._thread(thread_id)
-            if thread is None:
-                return []
-            column = thread.events if run_id is None else thread.run_events.get(run_id)
-            found: list[Record] = []
-            for record in column.forward(cursor) if column else ():
-                if (
-                    (names is None or record.event.event_type in names)
-                    and (task_id is None or record.event.task_id == task_id)
-                    and (user_id is None or record.event.user_id == user_id)
-                ):
-                    found.append(record)
-                    if len(found) == limit:
-                        break
-        return [record.to_event() for record in found]
-
-    async def count_messages(self, thread_id: str, *, user_id: str | None = None) -> int:
-        check_user_id(user_id)
-        with self._lock:
-            thread = self._thread(thread_id)
-            if thread is None:
-                return 0
-            if user_id is None:
-                return len(thread.messages.records)
-            return sum(1 for record in thread.messages.records if record.event.user_id == user_id)
-
-    async def list_threads(
-        self, *, user_id: str | None = None, limit: int = 1000, after: str | None = None
-    ) -> list[str]:
-        check_limit(limit)
-        check_user_id(user_id)
-        check_after_thread(after)
-        self._check_open()
-        with self._lock:
-            names = [
-                name
-                for name, thread in self._threads.items()
-                if thread.events.records
-                and (user_id is None or thread.users[user_id] > 0)
-                and (after is None or name > after)
-            ]
-        return sorted(names)[:limit]
-
-    async def last_seq(self, thread_id: str) -> int:
-        with self._lock:
-            thread = self._thread(thread_id)
-            return thread.last_seq if thread else 0
-
-    async def _wait_for_events(self, thread_id: str, after_seq: int) -> None:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        with self._lock:
-            thread = self._threads[thread_id]
-            if self._closed or thread.last_seq > after_seq:
-                return
-            thread.waiters.append((loop, future))
-        await future
-
-    # -- runs ------------------------------------------------------------------------------------
-    async def put_run(self, row: RunRow) -> RunRow:
-        self._check_open()
+    async def _close_run(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
+        """One locked step: no reader sees the run's last events without its end and its row."""
         row_json = dumps(row.to_dict())
         with self._lock:
+            self._check_open()
+            for event in events:
+                self._record(event)
+            stored, _ = self._record(terminal, TERMINAL_TYPES)
+            if stored.event.event_id != terminal.event_id:
+                return False
+            self._check_run_owner(row)  # as put_run: the events are written, the row is refused
+            self._put_run_locked(row, row_json)
+        return True
+
+    async def _put_run(self, row: RunRow) -> RunRow:
+        row_json = dumps(row.to_dict())
+        with self._lock:
+            self._check_open()
             self._check_run_owner(row)
             stored = self._put_run_locked(row, row_json)
         return row if stored is None else stored.row()  # the caller's frozen row is what was stored
@@ -252,32 +240,90 @@ class MemoryRunEventStore(RunEventStore):
         )
         return None
 
-    async def get_run(self, run_id: str) -> RunRow | None:
-        validate_id("run_id", run_id)
-        self._check_open()
+    # -- reads -----------------------------------------------------------------------------------
+    async def _select_events(self, query: EventQuery) -> list[RunEvent]:
+        after, before = query.after_seq, query.before_seq
+        found: list[Record] = []
+        with self._lock:
+            thread = self._threads.get(query.thread_id)
+            column = thread.column(query) if thread is not None else None
+            if column is None:
+                return []
+            for record in column.forward(after) if after is not None else column.backward(before):
+                if after is not None and before is not None and record.seq >= before:
+                    break
+                event = record.event
+                if query.admits(event.run_id, event.category, event.event_type, event.user_id,
+                                event.task_id):
+                    found.append(record)
+                    if len(found) == query.limit:
+                        break
+        if query.newest_first:
+            found.reverse()
+        return [record.to_event() for record in found]
+
+    async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            if thread is None:
+                return 0
+            records = thread.messages.records
+            if user_id is None:
+                return len(records)
+            return sum(1 for record in records if record.event.user_id == user_id)
+
+    async def _select_threads(self, query: ThreadQuery) -> list[str]:
+        with self._lock:
+            names = [
+                name
+                for name, thread in self._threads.items()
+                if thread.events.records
+                and (query.user_id is None or thread.users[query.user_id] > 0)
+                and (query.after is None or name > query.after)
+            ]
+        return sorted(names)[: query.limit]
+
+    async def _last_seq(self, thread_id: str) -> int:
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            return thread.last_seq if thread else 0
+
+    def _watch(self, thread_id: str) -> AbstractAsyncContextManager[Waiter]:
+        return self._woken_by_writes(thread_id)
+
+    @contextlib.asynccontextmanager
+    async def _woken_by_writes(self, thread_id: str) -> AsyncIterator[Waiter]:
+        """Waits on a future that the next write of the thread (or ``aclose``) resolves."""
+
+        async def wait(after_seq: int) -> None:
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[None] = loop.create_future()
+            with self._lock:
+                thread = self._threads[thread_id]
+                if self._closed or thread.last_seq > after_seq:
+                    return
+                thread.waiters.append((loop, future))
+            await future
+
+        yield wait
+
+    # -- runs ------------------------------------------------------------------------------------
+    async def _get_run(self, run_id: str) -> RunRow | None:
         with self._lock:
             stored = self._runs.get(run_id)
         return stored.row() if stored else None
 
-    async def list_runs(
-        self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
-    ) -> list[RunRow]:
-        if thread_id is not None:
-            validate_id("thread_id", thread_id)
-        statuses = check_statuses(statuses)
-        self._check_open()
+    async def _select_runs(self, query: RunQuery) -> list[RunRow]:
         with self._lock:
             stored = [
                 item for item in self._runs.values()
-                if (thread_id is None or item.thread_id == thread_id)
-                and (statuses is None or item.status in statuses)
+                if (query.thread_id is None or item.thread_id == query.thread_id)
+                and (query.statuses is None or item.status in query.statuses)
             ]
         return [item.row() for item in sorted(stored, key=StoredRun.sort_key)]
 
     # -- deletes ---------------------------------------------------------------------------------
-    async def delete_by_thread(self, thread_id: str) -> int:
-        validate_id("thread_id", thread_id)
-        self._check_open()
+    async def _delete_thread(self, thread_id: str) -> int:
         with self._lock:
             thread = self._threads.get(thread_id)
             for run_id in [key for key, item in self._runs.items() if item.thread_id == thread_id]:
@@ -290,40 +336,10 @@ class MemoryRunEventStore(RunEventStore):
             thread.wake()
             return len(thread.events.records)
 
-    async def delete_by_run(self, thread_id: str, run_id: str) -> int:
-        validate_id("thread_id", thread_id)
-        validate_id("run_id", run_id)
-        self._check_open()
+    async def _delete_run(self, thread_id: str, run_id: str) -> int:
         with self._lock:
             stored = self._runs.get(run_id)
             if stored is not None and stored.thread_id == thread_id:
                 del self._runs[run_id]
             thread = self._threads.get(thread_id)
             return thread.drop_run(run_id) if thread else 0
-
-
-def _page(
-    column: Column | None,
-    limit: int,
-    before_seq: int | None,
-    after_seq: int | None,
-    user_id: str | None,
-) -> list[RunEvent]:
-    """One page of messages: first ``limit`` above ``after_seq`` or last ``limit`` below ``before_seq``."""
-    check_limit(limit)
-    before = check_cursor("before_seq", before_seq)
-    after = check_cursor("after_seq", after_seq)
-    if column is None:
-        return []
-    records = column.forward(after) if after is not None else column.backward(before)
-    found: list[Record] = []
-    for record in records:
-        if before is not None and after is not None and record.seq >= before:
-            break
-        if user_id is None or record.event.user_id == user_id:
-            found.append(record)
-            if len(found) == limit:
-                break
-    if after is None:
-        found.reverse()
-    return [record.to_event() for record in found]

@@ -1,394 +1,488 @@
-"""``SqlRunEventStore``: one SQLAlchemy 2 async Core implementation for SQLite and PostgreSQL.
+"""``SqlRunEventStore``: what the SQLite and PostgreSQL stores share, and the URLs that pick one.
 
-How seq stays dense under concurrent writers (tasks, processes, hosts): every write transaction
-first takes the thread's row in ``run_journal_threads`` (an upsert that bumps ``last_seq`` and
-returns it) and only then inserts. On PostgreSQL the upsert holds that row's lock until commit, so
-writers of one thread queue while writers of other threads do not; on SQLite the transaction is
-``BEGIN IMMEDIATE`` (the database write lock, taken before anything is read) in WAL mode with
-``synchronous=NORMAL`` and a ``busy_timeout``. The counter is never decremented or deleted, so a
-deleted range is never reused (``delete_by_thread`` and ``delete_by_run`` leave it in place).
+Both databases run the same SQL: every read and write is one synchronous unit of work
+(``SqlWork``), written once against ``SqlSession`` (run a statement, many rows, notify followers)
+with portable text and named ``:params``. A backend only says how it runs a unit: SQLite in the
+thread that owns its ``sqlite3`` connection, inside ``BEGIN IMMEDIATE`` (``stores/sqlite.py``);
+PostgreSQL through SQLAlchemy's ``run_sync`` on an asyncpg connection (``stores/postgres.py``).
 
-Event ids are unique per thread. The common write (no id seen before) costs one bump, one
-``executemany`` and the commit; a batch that collides with a stored id is rolled back and redone
-with a lookup, which returns the stored records and writes only the new events.
+How seq stays dense under concurrent writers (tasks, processes, hosts): a write transaction first
+bumps the thread's row in ``run_journal_threads`` (an upsert that returns the new ``last_seq``) and
+only then reads and inserts. On PostgreSQL the upsert holds that row's lock until commit, so writers
+of one thread queue while writers of other threads do not (a batch takes its threads in sorted order,
+so two writers never wait on each other crosswise); on SQLite ``BEGIN IMMEDIATE`` takes the database
+write lock before anything is read. The counter is never decremented below what was written or
+deleted, so a deleted range is never reused (``delete_by_thread`` and ``delete_by_run`` leave it).
 """
 
 from __future__ import annotations
 
-import asyncio
-import sqlite3
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, nullcontext
-from pathlib import Path
-from typing import Any, Final
+import abc
+import functools
+import importlib
+import importlib.util
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Final, Protocol, TypeVar
 
-from sqlalchemy import and_, case, event, func, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from run_journal.catalog import TERMINAL_RUN_EVENTS
-from run_journal.envelope import NewEvent, RunEvent, loads
+from run_journal.envelope import NewEvent, RunEvent, dumps, loads, utc_now
 from run_journal.runs import TERMINAL_STATUSES, RunRow
-from run_journal.stores import sql_raw as raw
-from run_journal.stores import sql_schema as schema
 from run_journal.stores.base import (
+    MESSAGE,
+    TERMINAL_TYPES,
+    EventQuery,
     RunEventStore,
-    StoreClosedError,
-    check_statuses,
+    RunQuery,
+    ThreadQuery,
     exclusive_set,
 )
-from run_journal.stores.sql_pg import PgListener
-from run_journal.stores.sql_reads import COLUMNS, EVENTS, SqlReads, check_ids
+from run_journal.stores.sql_schema import events, qualified, runs, stamp, threads
 
-_DUPLICATE: Final = (IntegrityError, sqlite3.IntegrityError)
+T = TypeVar("T")
+POSTGRES_EXTRA: Final = "pip install 'run-journal[postgres]'"
+_CHUNK: Final = 500
+"""Event ids looked up per statement (both databases cap the parameters of one statement)."""
 
 
-class SqlRunEventStore(SqlReads, RunEventStore):
-    """The run event store on SQLite (aiosqlite) or PostgreSQL (asyncpg), through SQLAlchemy Core.
+class SqlSession(Protocol):
+    """What a unit of work may do inside its backend's connection (and, for writes, transaction)."""
 
-    Build it with ``from_url`` or around an ``AsyncEngine`` you own (it is then not disposed by
-    ``aclose``). PostgreSQL timeouts of engines built by ``from_url``: ``lock_timeout`` (seconds a
-    writer waits for a thread's counter row or another lock before failing; default 10) and
-    ``statement_timeout`` (default 60) are set as server settings on every connection, so a stuck
-    writer surfaces as an error the journal retries instead of a hang. An engine you pass in keeps
-    its own settings. ``follow`` on PostgreSQL wakes on ``NOTIFY`` (sent inside the write
-    transaction, so only committed events wake anyone) and polls every ``follow_fallback_interval``
-    seconds in case a notification is lost; on SQLite it polls every ``follow_poll_interval``.
+    def rows(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """Run a statement; its rows as tuples."""
+
+    def run(self, sql: str, params: Mapping[str, Any]) -> int:
+        """Run a statement; the number of rows it changed."""
+
+    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement once per row (``executemany``); a row holds the values of the
+        statement's ``:params`` in the order they appear (see ``markers``)."""
+
+    def notify(self, thread_id: str, last_seq: int) -> None:
+        """Tell followers the thread now holds events up to ``last_seq`` (delivered on commit)."""
+
+
+def _names(prefix: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """``:prefix_0, :prefix_1, ...`` for an IN list, and their parameters."""
+    params = {f"{prefix}_{n}": value for n, value in enumerate(values)}
+    return ", ".join(f":{name}" for name in params), params
+
+
+def _row_columns(table_alias: str = "") -> str:
+    return ", ".join(table_alias + name for name in RunEvent.COLUMNS)
+
+
+INSERT_COLUMNS: Final = (
+    "thread_id", "seq", "run_id", "event_type", "category", "content", "metadata", "task_id",
+    "created_at", "event_id", "user_id",
+)
+RUN_COLUMNS: Final = ("run_id", "thread_id", "user_id", "status", "started_at", "updated_at", "row",
+                      "first_put_at")
+_KEPT_ON_UPDATE: Final = frozenset({"run_id", "thread_id", "first_put_at"})
+"""Run columns an update never changes (a run never moves to another thread)."""
+
+
+def insert_values(event: NewEvent, seq: int) -> tuple[Any, ...]:
+    """The row of ``SqlWork.insert`` for ``event`` at ``seq`` (``INSERT_COLUMNS`` order)."""
+    return (
+        event.thread_id, seq, event.run_id, event.event_type, event.category, event.content_json,
+        event.metadata_json, event.task_id, stamp(event.created_at), event.event_id, event.user_id,
+    )
+
+
+_MARKER: Final = re.compile(r"(?<![:\w]):(\w+)")
+
+
+@functools.lru_cache(maxsize=64)
+def markers(sql: str) -> tuple[str, tuple[str, ...]]:
+    """``sql`` with each ``:name`` replaced by ``?``, and the names in order (for a row of values
+    in that order: positional binding costs ``sqlite3`` half of what named binding does)."""
+    return _MARKER.sub("?", sql), tuple(_MARKER.findall(sql))
+
+
+def run_values(row: RunRow) -> dict[str, Any]:
+    """The runs table's columns for ``row``; ``first_put_at`` is now (kept only by an insert)."""
+    data = row.to_dict()
+    return {
+        "run_id": row.run_id, "thread_id": row.thread_id, "user_id": row.user_id,
+        "status": data["status"], "updated_at": stamp(row.updated_at),
+        "started_at": stamp(row.started_at) if row.started_at else None, "row": dumps(data),
+        "first_put_at": stamp(utc_now()),
+    }
+
+
+def moved_run_error(run_id: str, owner: str, thread_id: str) -> ValueError:
+    return ValueError(f"run {run_id!r} belongs to thread {owner!r}, not {thread_id!r}")
+
+
+def by_thread(batch: Sequence[NewEvent]) -> dict[str, list[int]]:
+    """Positions of each thread's events in ``batch``, in input order."""
+    positions: dict[str, list[int]] = {}
+    for index, event in enumerate(batch):
+        positions.setdefault(event.thread_id, []).append(index)
+    return positions
+
+
+class SqlWork:
+    """Every read and write of a SQL store as one synchronous unit of work over a ``SqlSession``.
+
+    The statements name their tables in ``schema`` (PostgreSQL) or unqualified. Units that write
+    expect to run inside one write transaction; read units need none.
     """
 
-    follow_fallback_interval: float = 5.0
-
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        *,
-        schema_name: str | None = None,
-        busy_timeout: float = 30.0,
-        follow_poll_interval: float | None = None,
-        listen: bool = True,
-        _owns_engine: bool = False,
-    ) -> None:
-        dialect = engine.dialect.name
-        if dialect not in ("sqlite", "postgresql"):
-            raise ValueError(f"SqlRunEventStore supports sqlite and postgresql, not {dialect!r}")
-        if schema_name is not None and dialect != "postgresql":
-            raise ValueError("schema_name is for PostgreSQL only")
-        self.dialect = dialect
-        self.schema_name = schema.check_schema_name(schema_name) if schema_name else None
-        self._owns_engine = _owns_engine
-        self._engine = engine
-        self._busy_ms = int(busy_timeout * 1000)
-        options: dict[str, Any] = {raw.BUSY_MS: self._busy_ms}
-        if self.schema_name:
-            options["schema_translate_map"] = {None: self.schema_name}
-        self._reader = engine.execution_options(**options)
-        self._writer = engine.execution_options(**options, **{raw.WRITE: True})
-        if dialect == "sqlite" and not event.contains(engine.sync_engine, "begin", raw.sqlite_begin):
-            event.listen(engine.sync_engine, "begin", raw.sqlite_begin)
-        prefix = f'"{self.schema_name}".' if self.schema_name else ""
-        self._events_sql = f"{prefix}{EVENTS.name}"
-        self._bump_sql = raw.bump_sql(f"{prefix}{schema.threads.name}")
-        self._insert_sql = raw.insert_sql(self._events_sql)
-        self._runs_sql = f"{prefix}{schema.runs.name}"
-        self._run_columns = [column.name for column in schema.runs.columns]
-        self._upsert_run_sql = raw.upsert_run_sql(
-            self._runs_sql, self._run_columns, sorted(TERMINAL_STATUSES), schema.KEPT_ON_UPDATE
+    def __init__(self, schema: str | None = None) -> None:
+        self.events = qualified(events, schema)
+        self.threads = qualified(threads, schema)
+        self.runs = qualified(runs, schema)
+        self.select = f"SELECT {_row_columns()} FROM {self.events}"
+        self.bump = (
+            f"INSERT INTO {self.threads} AS c (thread_id, last_seq) VALUES (:thread_id, :count) "
+            "ON CONFLICT (thread_id) DO UPDATE SET last_seq = c.last_seq + excluded.last_seq "
+            "RETURNING last_seq"
         )
-        if follow_poll_interval is not None:
-            self.follow_poll_interval = follow_poll_interval
-        # SQLite has one writer at a time anyway: queueing in-process writers here is cheaper than
-        # letting them spin in SQLite's busy handler.
-        self._local_write_lock = asyncio.Lock() if dialect == "sqlite" else None
-        self._writer_conn = raw.KeptConnection(engine, self._busy_ms)  # used under _write_lock
-        self._reader_conn = raw.KeptConnection(engine, self._busy_ms)
-        self._insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
-        self._setup_done = False
-        self._channel = schema.channel_name(self.schema_name)
-        use_listen = dialect == "postgresql" and listen
-        self._listener = PgListener(self._reader, self._channel) if use_listen else None
+        self.set_last = f"UPDATE {self.threads} SET last_seq = :last_seq WHERE thread_id = :thread_id"
+        self.insert = (
+            f"INSERT INTO {self.events} ({', '.join(INSERT_COLUMNS)}) "
+            f"VALUES ({', '.join(':' + name for name in INSERT_COLUMNS)})"
+        )
+        updates = ", ".join(
+            f'"{name}" = excluded."{name}"' for name in RUN_COLUMNS if name not in _KEPT_ON_UPDATE
+        )
+        finished = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
+        columns = ", ".join(f'"{name}"' for name in RUN_COLUMNS)
+        self.upsert_run = (  # the guards (same thread, runs.may_replace) are the update's WHERE
+            f"INSERT INTO {self.runs} AS r ({columns}) "
+            f"VALUES ({', '.join(':' + name for name in RUN_COLUMNS)}) "
+            f"ON CONFLICT (run_id) DO UPDATE SET {updates} "
+            f"WHERE r.thread_id = excluded.thread_id AND "
+            f"(r.status NOT IN ({finished}) OR r.status = excluded.status) "
+            'RETURNING "row", thread_id'
+        )
+        self.stored_run = f'SELECT "row", thread_id FROM {self.runs} WHERE run_id = :run_id'
+
+    # -- writes ----------------------------------------------------------------------------------
+    def append(self, db: SqlSession, batch: Sequence[NewEvent]) -> list[RunEvent]:
+        """``put_batch``: each thread's events in one go, threads in sorted order."""
+        results: list[RunEvent] = [None] * len(batch)  # type: ignore[list-item]  # every slot is filled below
+        positions = by_thread(batch)
+        for thread_id in sorted(positions):
+            written = self.write_thread(db, thread_id, [batch[index] for index in positions[thread_id]])
+            for index, (event, _) in zip(positions[thread_id], written, strict=True):
+                results[index] = event
+        return results
+
+    def put_if_absent(self, db: SqlSession, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
+        return self.write_thread(db, event.thread_id, [event], types)[0]
+
+    def write_thread(
+        self, db: SqlSession, thread_id: str, batch: Sequence[NewEvent], types: tuple[str, ...] = ()
+    ) -> list[tuple[RunEvent, bool]]:
+        """Write one thread's events, each unless its event_id is stored (or, with ``types``, its run
+        holds an event of one of those types); per event, its stored record and whether this wrote it.
+
+        The counter is bumped first: that takes the thread's write lock, so the lookups below and the
+        insert are one step for every other writer.
+        """
+        first: dict[str, NewEvent] = {}
+        for event in batch:
+            first.setdefault(event.event_id, event)
+        last = int(db.rows(self.bump, {"thread_id": thread_id, "count": len(first)})[0][0])
+        found = self._stored_ids(db, thread_id, list(first))
+        for event in first.values() if types else ():
+            if event.event_id not in found and (row := self._first_of(db, event, types)) is not None:
+                found[event.event_id] = row
+        fresh = [event for event in first.values() if event.event_id not in found]
+        if len(fresh) < len(first):  # give back the seqs of what was stored already
+            last -= len(first) - len(fresh)
+            db.run(self.set_last, {"thread_id": thread_id, "last_seq": last})
+        start = last - len(fresh) + 1
+        seqs = {event.event_id: start + n for n, event in enumerate(fresh)}
+        if fresh:
+            db.run_many(self.insert, [insert_values(event, seqs[event.event_id]) for event in fresh])
+            db.notify(thread_id, last)
+        results: list[tuple[RunEvent, bool]] = []
+        returned: set[str] = set()
+        for event in batch:
+            event_id = event.event_id
+            if event_id in found:
+                results.append((RunEvent.from_row(found[event_id]), False))
+            elif event_id in returned:  # repeated in the batch: its own copy of the first one
+                results.append((RunEvent.stored(first[event_id], seqs[event_id], copy=True), False))
+            else:
+                returned.add(event_id)
+                results.append((RunEvent.stored(event, seqs[event_id]), True))
+        return results
+
+    def _stored_ids(self, db: SqlSession, thread_id: str, event_ids: list[str]) -> dict[str, tuple[Any, ...]]:
+        found: dict[str, tuple[Any, ...]] = {}
+        for start in range(0, len(event_ids), _CHUNK):
+            marks, params = _names("id", event_ids[start : start + _CHUNK])
+            sql = f"{self.select} WHERE thread_id = :thread_id AND event_id IN ({marks})"
+            found.update((row[8], row) for row in db.rows(sql, {"thread_id": thread_id, **params}))
+        return found
+
+    def _first_of(self, db: SqlSession, event: NewEvent, types: tuple[str, ...]) -> tuple[Any, ...] | None:
+        """The run's first event (lowest seq) of any of ``types``."""
+        marks, params = _names("type", types)
+        sql = (f"{self.select} WHERE thread_id = :thread_id AND run_id = :run_id "
+               f"AND event_type IN ({marks}) ORDER BY seq LIMIT 1")
+        rows = db.rows(sql, {"thread_id": event.thread_id, "run_id": event.run_id, **params})
+        return rows[0] if rows else None
+
+    def put_run(self, db: SqlSession, values: Mapping[str, Any]) -> tuple[str, str]:
+        """Upsert a run row under its guards; the stored row's JSON and thread (the old ones when a
+        guard refused: the caller raises when that thread is not the row's)."""
+        found = db.rows(self.upsert_run, values) or db.rows(self.stored_run, {"run_id": values["run_id"]})
+        row_json, owner = found[0]
+        return str(row_json), str(owner)
+
+    def close_run(
+        self, db: SqlSession, batch: Sequence[NewEvent], terminal: NewEvent, values: Mapping[str, Any]
+    ) -> tuple[str, str] | None:
+        """``put_run_close`` in one transaction: each thread's events (the terminal event after its
+        thread's), then the row. None, having written only the events, when the run already had
+        another terminal event."""
+        positions = by_thread(batch)
+        positions.setdefault(terminal.thread_id, [])
+        types = exclusive_set(terminal.event_type, TERMINAL_TYPES)
+        stored: RunEvent | None = None
+        for thread_id in sorted(positions):
+            if positions[thread_id]:
+                self.write_thread(db, thread_id, [batch[index] for index in positions[thread_id]])
+            if thread_id == terminal.thread_id:
+                stored, _ = self.write_thread(db, thread_id, [terminal], types)[0]
+        if stored is None or stored.event_id != terminal.event_id:
+            return None
+        return self.put_run(db, values)
+
+    # -- reads -----------------------------------------------------------------------------------
+    def select_events(self, db: SqlSession, query: EventQuery) -> list[RunEvent]:
+        """One indexed range: the newest page is ``ORDER BY seq DESC LIMIT n``, reversed."""
+        where = ["thread_id = :thread_id"]
+        params: dict[str, Any] = {"thread_id": query.thread_id, "limit": query.limit}
+        for column in ("run_id", "task_id", "user_id"):
+            if (value := getattr(query, column)) is not None:
+                where.append(f"{column} = :{column}")
+                params[column] = value
+        if query.messages_only:
+            where.append("category = :category")
+            params["category"] = MESSAGE
+        if query.event_types is not None:
+            marks, names = _names("type", query.event_types)
+            where.append(f"event_type IN ({marks})")
+            params.update(names)
+        if query.after_seq is not None:
+            where.append("seq > :after_seq")
+            params["after_seq"] = query.after_seq
+        if query.before_seq is not None:
+            where.append("seq < :before_seq")
+            params["before_seq"] = query.before_seq
+        order = "DESC" if query.newest_first else "ASC"
+        sql = f"{self.select} WHERE {' AND '.join(where)} ORDER BY seq {order} LIMIT :limit"
+        page = RunEvent.from_rows(db.rows(sql, params))
+        if query.newest_first:
+            page.reverse()
+        return page
+
+    def count_messages(self, db: SqlSession, thread_id: str, user_id: str | None) -> int:
+        sql = f"SELECT count(*) FROM {self.events} WHERE thread_id = :thread_id AND category = :category"
+        if user_id is not None:
+            sql += " AND user_id = :user_id"
+        params = {"thread_id": thread_id, "category": MESSAGE, "user_id": user_id}
+        return int(db.rows(sql, params)[0][0])
+
+    def select_threads(self, db: SqlSession, query: ThreadQuery) -> list[str]:
+        holds = f"SELECT 1 FROM {self.events} AS e WHERE e.thread_id = c.thread_id"
+        if query.user_id is not None:
+            holds += " AND e.user_id = :user_id"
+        sql = f"SELECT c.thread_id FROM {self.threads} AS c WHERE EXISTS ({holds})"
+        if query.after is not None:
+            sql += " AND c.thread_id > :after"
+        sql += " ORDER BY c.thread_id LIMIT :limit"
+        params = {"user_id": query.user_id, "after": query.after, "limit": query.limit}
+        return [str(row[0]) for row in db.rows(sql, params)]
+
+    def last_seq(self, db: SqlSession, thread_id: str) -> int:
+        found = db.rows(f"SELECT last_seq FROM {self.threads} WHERE thread_id = :thread_id",
+                        {"thread_id": thread_id})
+        return int(found[0][0]) if found else 0
+
+    def get_run(self, db: SqlSession, run_id: str) -> RunRow | None:
+        found = db.rows(self.stored_run, {"run_id": run_id})
+        return RunRow.from_dict(loads(found[0][0])) if found else None
+
+    def select_runs(self, db: SqlSession, query: RunQuery) -> list[RunRow]:
+        where, params = [], {}
+        if query.thread_id is not None:
+            where.append("thread_id = :thread_id")
+            params["thread_id"] = query.thread_id
+        if query.statuses is not None:
+            if not query.statuses:
+                return []
+            marks, names = _names("status", query.statuses)
+            where.append(f"status IN ({marks})")
+            params.update(names)
+        sql = f'SELECT "row" FROM {self.runs}'
+        if where:
+            sql += f" WHERE {' AND '.join(where)}"
+        sql += " ORDER BY coalesce(started_at, first_put_at, updated_at), run_id"
+        return [RunRow.from_dict(loads(row[0])) for row in db.rows(sql, params)]
+
+    # -- deletes ---------------------------------------------------------------------------------
+    def delete(self, db: SqlSession, thread_id: str, run_id: str | None = None) -> int:
+        """A thread's (or one run's) events and run rows; the number of events deleted."""
+        where = "thread_id = :thread_id" + (" AND run_id = :run_id" if run_id is not None else "")
+        params = {"thread_id": thread_id, "run_id": run_id}
+        deleted = db.run(f"DELETE FROM {self.events} WHERE {where}", params)
+        db.run(f"DELETE FROM {self.runs} WHERE {where}", params)
+        return deleted
+
+
+class SqlRunEventStore(RunEventStore):
+    """The run event store on a SQL database: SQLite or PostgreSQL, one schema, one set of statements.
+
+    ``SqlRunEventStore.from_url(url)`` (and ``open_store``) build the backend the URL names:
+    ``SqliteRunEventStore`` (``stores/sqlite.py``) or ``PostgresRunEventStore`` (``stores/postgres.py``),
+    both subclasses of this class. ``SqlRunEventStore(engine, **options)`` does the same for a
+    SQLAlchemy ``AsyncEngine`` you own (the store never disposes it).
+    """
+
+    dialect: ClassVar[str]
+    """``"sqlite"`` or ``"postgresql"``."""
+    schema_name: str | None = None
+    """The PostgreSQL schema that holds the tables (None: the connection's default; always on SQLite)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> SqlRunEventStore:
+        if cls is SqlRunEventStore:  # SqlRunEventStore(engine, ...): the engine's backend
+            engine = args[0] if args else kwargs.get("engine")
+            if not isinstance(engine, AsyncEngine):
+                raise TypeError(f"SqlRunEventStore takes a SQLAlchemy AsyncEngine, got {engine!r}")
+            cls = backend_class(engine.dialect.name)
+        return super().__new__(cls)
+
+    def __init__(self, schema: str | None = None) -> None:
+        self._work = SqlWork(schema)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SqlRunEventStore:
-        """``sqlite:///rel.db``, ``sqlite:////abs.db``, ``postgresql://user@host/db?schema=name``.
+        """``sqlite:///rel.db``, ``sqlite:////abs.db``, ``postgresql://user@host/db?schema=name``;
+        options go to the backend's ``from_url``."""
+        driver_url, _ = engine_url(url)
+        return backend_class(driver_url.get_backend_name()).from_url(url, **options)
 
-        Options: ``lock_timeout`` / ``statement_timeout`` (PostgreSQL, seconds), ``engine_options``
-        (passed to ``create_async_engine``), and the constructor's keyword arguments.
-        """
-        driver_url, schema_name = schema.engine_url(url)
-        settings = schema.engine_settings(
-            driver_url,
-            lock_timeout=float(options.pop("lock_timeout", 10.0)),
-            statement_timeout=float(options.pop("statement_timeout", 60.0)),
-            engine_options=options.pop("engine_options", None),
-        )
-        engine = create_async_engine(driver_url, **settings)
-        return cls(engine, schema_name=schema_name, _owns_engine=True, **options)
+    # -- how a backend runs a unit of work -------------------------------------------------------
+    @abc.abstractmethod
+    async def _write(self, unit: Callable[..., T], *args: Any) -> T:
+        """``unit(session, *args)`` in one write transaction (committed when it returns)."""
 
-    # -- lifecycle -------------------------------------------------------------------------------
-    async def setup(self) -> None:
-        """Create or migrate the tables; idempotent, and safe when several processes run it at once.
+    @abc.abstractmethod
+    async def _read(self, unit: Callable[..., T], *args: Any) -> T:
+        """``unit(session, *args)`` on a reading connection."""
 
-        PostgreSQL serializes migrators with ``pg_advisory_xact_lock`` (keyed by schema); SQLite with
-        ``BEGIN IMMEDIATE``. A store written by another contract major, or by a newer schema than
-        this library knows, is refused with ``IncompatibleStoreError`` naming both versions.
-        """
-        self._check_open()
-        database = self._engine.url.database
-        if self.dialect == "sqlite" and database:
-            await asyncio.to_thread(Path(database).parent.mkdir, parents=True, exist_ok=True)
-        async with self._writer.begin() as conn:
-            await schema.migrate(conn, self.schema_name)
-        self._setup_done = True
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        await super().aclose()
-        await self._reader_conn.close()
-        async with self._write_lock():
-            await self._writer_conn.close()
-        if self._listener is not None:
-            await self._listener.close()
-        if self._owns_engine:
-            await self._engine.dispose()
-
-    async def _ready(self) -> None:
-        if self._closed:
-            raise StoreClosedError(f"{type(self).__name__} is closed")
-        if not self._setup_done:
-            await self.setup()
-
-    # -- writes ----------------------------------------------------------------------------------
+    # -- the contract ----------------------------------------------------------------------------
     async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
-        await self._ready()
-        positions: dict[str, list[int]] = {}
-        for index, item in enumerate(batch):
-            positions.setdefault(item.thread_id, []).append(index)
-        results: list[RunEvent | None] = [None] * len(batch)
-        for thread_id, indexes in positions.items():
-            stored = await self._append_thread(thread_id, [batch[i] for i in indexes])
-            for index, record in zip(indexes, stored, strict=True):
-                results[index] = record
-        return [record for record in results if record is not None]
-
-    async def _append_thread(self, thread_id: str, batch: list[NewEvent]) -> list[RunEvent]:
-        first_of: dict[str, NewEvent] = {}
-        for item in batch:
-            first_of.setdefault(item.event_id, item)
-        unique = list(first_of.values())
-        existing: dict[str, Sequence[Any]] = {}
-        try:
-            seqs = await self._insert_new(thread_id, unique)
-        except _DUPLICATE:
-            # Some event_id is already stored (a retry): redo with a lookup, under the same lock.
-            seqs, existing = await self._insert_checked(thread_id, unique)
-        return [
-            raw.event_of(existing[item.event_id])
-            if item.event_id in existing
-            else RunEvent.stored(first_of[item.event_id], seqs[item.event_id],
-                                 copy=item is not first_of[item.event_id])  # a repeat: its own copy
-            for item in batch
-        ]
-
-    async def _bump(self, conn: AsyncConnection, thread_id: str, count: int) -> int:
-        """Lock the thread's counter row and add ``count``; returns the new ``last_seq``."""
-        counter = schema.threads
-        insert = self._insert(counter).values(thread_id=thread_id, last_seq=count)
-        bump = insert.on_conflict_do_update(
-            index_elements=[counter.c.thread_id],
-            set_={"last_seq": counter.c.last_seq + insert.excluded.last_seq},
-        ).returning(counter.c.last_seq)
-        return int((await conn.execute(bump)).scalar_one())
-
-    async def _write(
-        self, conn: AsyncConnection, thread_id: str, fresh: list[NewEvent], last: int
-    ) -> dict[str, int]:
-        """Insert ``fresh`` as seq ``last - len + 1 .. last``; PostgreSQL also notifies followers."""
-        first = last - len(fresh) + 1
-        rows = [dict(zip(raw.INSERT_COLUMNS, raw.insert_values(item, first + n), strict=True))
-                for n, item in enumerate(fresh)]
-        await conn.execute(EVENTS.insert(), rows)
-        if self._listener is not None:
-            await conn.execute(select(func.pg_notify(self._channel, f"{thread_id}\n{last}")))
-        return {item.event_id: first + n for n, item in enumerate(fresh)}
-
-    async def _insert_new(self, thread_id: str, fresh: list[NewEvent]) -> dict[str, int]:
-        """The common write: no event_id seen before. Fails with an IntegrityError otherwise."""
-        if self.dialect == "postgresql":
-            async with self._writer.begin() as conn:
-                last = await self._bump(conn, thread_id, len(fresh))
-                return await self._write(conn, thread_id, fresh, last)
-        rows = [raw.insert_values(item, 0) for item in fresh]
-        last = await self._in_writer_thread(raw.write_new, self._bump_sql, self._insert_sql, thread_id, rows)
-        first = last - len(fresh) + 1
-        return {item.event_id: first + n for n, item in enumerate(fresh)}
-
-    async def _in_writer_thread(self, work: Any, *args: Any) -> Any:
-        """``work(sqlite3_connection, *args)`` on the kept writer connection, one writer at a time."""
-        async with self._write_lock():
-            return await self._writer_conn.run(work, *args)
-
-    async def _insert_checked(
-        self, thread_id: str, unique: list[NewEvent]
-    ) -> tuple[dict[str, int], dict[str, Sequence[Any]]]:
-        ids = [item.event_id for item in unique]
-        async with self._write_lock(), self._writer.begin() as conn:
-            last = await self._bump(conn, thread_id, 0)
-            found = await conn.execute(
-                select(*COLUMNS).where(EVENTS.c.thread_id == thread_id, EVENTS.c.event_id.in_(ids))
-            )
-            existing: dict[str, Sequence[Any]] = {row[8]: row for row in found}
-            fresh = [item for item in unique if item.event_id not in existing]
-            if not fresh:
-                return {}, existing
-            await self._set_last(conn, thread_id, last + len(fresh))
-            return await self._write(conn, thread_id, fresh, last + len(fresh)), existing
-
-    async def _set_last(self, conn: AsyncConnection, thread_id: str, last: int) -> None:
-        counter = schema.threads
-        await conn.execute(update(counter).where(counter.c.thread_id == thread_id).values(last_seq=last))
+        return await self._write(self._work.append, batch)
 
     async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
-        await self._ready()
-        if self.dialect == "sqlite":  # one hand-off to the driver thread, as for event writes
-            params = (event.thread_id, event.run_id, *types, event.event_id, event.event_id)
-            seq, found = await self._in_writer_thread(
-                raw.write_if_absent, raw.if_absent_sql(self._events_sql, len(types)),
-                params, self._bump_sql, self._insert_sql, raw.insert_values(event, 0),
-            )
-            return (raw.event_of(found), False) if found is not None else (RunEvent.stored(event, seq), True)
-        same_id = EVENTS.c.event_id == event.event_id
-        exclusive = and_(EVENTS.c.run_id == event.run_id, EVENTS.c.event_type.in_(types))
-        lookup = (  # under the thread's counter lock: a retry's own record first, else the first of types
-            select(*COLUMNS)
-            .where(EVENTS.c.thread_id == event.thread_id)
-            .where(or_(exclusive, same_id))
-            .order_by(case((same_id, 0), else_=1), EVENTS.c.seq)
-            .limit(1)
-        )
-        async with self._write_lock(), self._writer.begin() as conn:
-            last = await self._bump(conn, event.thread_id, 0)
-            found = (await conn.execute(lookup)).first()
-            if found is not None:
-                return raw.event_of(found), False
-            await self._set_last(conn, event.thread_id, last + 1)
-            await self._write(conn, event.thread_id, [event], last + 1)
-        return RunEvent.stored(event, last + 1), True
+        return await self._write(self._work.put_if_absent, event, types)
 
-    def _write_lock(self) -> AbstractAsyncContextManager[Any]:
-        """In-process queue for SQLite writers (cheaper than spinning in SQLite's busy handler)."""
-        return self._local_write_lock or nullcontext()
-
-    async def follow(
-        self, thread_id: str, *, after_seq: int = 0, user_id: str | None = None
-    ) -> AsyncIterator[RunEvent]:
-        if self._listener is None:
-            async for item in super().follow(thread_id, after_seq=after_seq, user_id=user_id):
-                yield item
-            return
-        with self._listener.interest(thread_id):
-            async for item in super().follow(thread_id, after_seq=after_seq, user_id=user_id):
-                yield item
-
-    async def _wait_for_events(self, thread_id: str, after_seq: int) -> None:
-        state = "unavailable" if self._listener is None else await self._listener.ensure()
-        if state == "unavailable":
-            await super()._wait_for_events(thread_id, after_seq)
-        elif state == "listening":
-            assert self._listener is not None
-            await self._listener.wait(thread_id, after_seq, self.follow_fallback_interval)
-
-    # -- runs ------------------------------------------------------------------------------------
-    async def put_run(self, row: RunRow) -> RunRow:
-        await self._ready()
-        runs = schema.runs
-        if self.dialect == "sqlite":  # one hand-off to the driver thread, as for event writes
-            values = schema.run_values(row)
-            ordered = tuple(values[name] for name in self._run_columns)
-            written, owner = await self._in_writer_thread(
-                raw.write_run, self._upsert_run_sql, self._runs_sql, ordered
-            )
-        else:
-            statement = schema.upsert_run(self._insert(runs), row)
-            async with self._writer.begin() as conn:
-                written, owner = (await conn.execute(statement)).scalar(), row.thread_id
-                if written is None:  # a guard refused: the stored row stays as it is
-                    kept = await conn.execute(
-                        select(runs.c.row, runs.c.thread_id).where(runs.c.run_id == row.run_id)
-                    )
-                    written, owner = kept.one()
+    async def _put_run(self, row: RunRow) -> RunRow:
+        row_json, owner = await self._write(self._work.put_run, run_values(row))
         if owner != row.thread_id:
-            raise schema.moved_run_error(row.run_id, owner, row.thread_id)
-        if self.dialect == "sqlite" and written == values["row"]:
-            return row  # stored as given (RunRow normalizes its metadata): nothing to decode
-        return RunRow.from_dict(loads(written))
+            raise moved_run_error(row.run_id, owner, row.thread_id)
+        return RunRow.from_dict(loads(row_json))
 
-    async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
-        types = exclusive_set(terminal.event_type, TERMINAL_RUN_EVENTS)
-        if self.dialect != "sqlite" or len({e.event_id for e in events}) != len(events) or any(
-            e.thread_id != terminal.thread_id or e.event_type in types for e in events
-        ):  # the one-transaction path checks for a terminal event before inserting the events
-            return await super().put_run_close(events, terminal, row)
-        self._check_open()
-        await self._ready()
-        lookup = raw.if_absent_sql(self._events_sql, len(types))
-        params = (terminal.thread_id, terminal.run_id, *types, terminal.event_id, terminal.event_id)
-        values = schema.run_values(row)
-        try:
-            written = await self._in_writer_thread(
-                raw.write_run_close,
-                (self._bump_sql, self._insert_sql, [raw.insert_values(e, 0) for e in events]),
-                (lookup, params, raw.insert_values(terminal, 0)),
-                (self._upsert_run_sql, self._runs_sql, tuple(values[n] for n in self._run_columns)),
-            )
-        except sqlite3.IntegrityError:  # a retry: some event is stored already; the parts sort it out
-            return await super().put_run_close(events, terminal, row)
-        if written is None:
+    async def _close_run(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
+        stored = await self._write(self._work.close_run, events, terminal, run_values(row))
+        if stored is None:
             return False
-        if written[1] != row.thread_id:
-            raise schema.moved_run_error(row.run_id, written[1], row.thread_id)
+        if stored[1] != row.thread_id:  # the events are committed; the row was refused
+            raise moved_run_error(row.run_id, stored[1], row.thread_id)
         return True
 
-    async def get_run(self, run_id: str) -> RunRow | None:
-        check_ids(run_id=run_id)
-        runs = schema.runs
-        stored = await self._scalar(select(runs.c.row).where(runs.c.run_id == run_id))
-        return None if stored is None else RunRow.from_dict(loads(stored))
+    async def _select_events(self, query: EventQuery) -> list[RunEvent]:
+        return await self._read(self._work.select_events, query)
 
-    async def list_runs(
-        self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
-    ) -> list[RunRow]:
-        check_ids(thread_id=thread_id)
-        statuses = check_statuses(statuses)
-        runs = schema.runs
-        statement = select(runs.c.row).order_by(
-            func.coalesce(runs.c.started_at, runs.c.first_put_at, runs.c.updated_at), runs.c.run_id
+    async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
+        return await self._read(self._work.count_messages, thread_id, user_id)
+
+    async def _select_threads(self, query: ThreadQuery) -> list[str]:
+        return await self._read(self._work.select_threads, query)
+
+    async def _last_seq(self, thread_id: str) -> int:
+        return await self._read(self._work.last_seq, thread_id)
+
+    async def _get_run(self, run_id: str) -> RunRow | None:
+        return await self._read(self._work.get_run, run_id)
+
+    async def _select_runs(self, query: RunQuery) -> list[RunRow]:
+        return await self._read(self._work.select_runs, query)
+
+    async def _delete_thread(self, thread_id: str) -> int:
+        return await self._write(self._work.delete, thread_id)
+
+    async def _delete_run(self, thread_id: str, run_id: str) -> int:
+        return await self._write(self._work.delete, thread_id, run_id)
+
+
+# -- URLs --------------------------------------------------------------------------------------------
+def engine_url(url: str | URL) -> tuple[URL, str | None]:
+    """Map a store URL to the async driver URL and the PostgreSQL schema its ``?schema=`` names.
+
+    ``sqlite:///rel.db`` / ``sqlite:////abs.db`` -> ``sqlite+aiosqlite``; ``postgresql://`` and
+    ``postgres://`` -> ``postgresql+asyncpg``. ``schema`` is removed from the query, so the
+    driver never sees it.
+    """
+    parsed = make_url(url)
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend == "sqlite":
+        if driver not in ("", "aiosqlite"):
+            raise ValueError(f"{url!r}: SQLite stores use the aiosqlite driver, not {driver!r}")
+        if not parsed.database or parsed.database == ":memory:":
+            raise ValueError(
+                f"{url!r}: a SQLite store needs a file (sqlite:///journal.db); use memory:// for an "
+                "in-process store"
+            )
+        if "schema" in parsed.query:
+            raise ValueError(f"{url!r}: ?schema= is for PostgreSQL URLs only")
+        return parsed.set(drivername="sqlite+aiosqlite"), None
+    if backend in ("postgresql", "postgres"):
+        if driver not in ("", "asyncpg"):
+            raise ValueError(f"{url!r}: PostgreSQL stores use the asyncpg driver, not {driver!r}")
+        if importlib.util.find_spec("asyncpg") is None:
+            raise ImportError(f"PostgreSQL stores need the asyncpg driver: {POSTGRES_EXTRA}")
+        schema = parsed.query.get("schema")
+        if isinstance(schema, tuple):
+            raise ValueError(f"{url!r}: ?schema= given more than once")
+        if schema is not None:
+            check_schema_name(schema)
+        return parsed.difference_update_query(["schema"]).set(drivername="postgresql+asyncpg"), schema
+    raise ValueError(f"{url!r} is not a sqlite:// or postgresql:// URL")
+
+
+def check_schema_name(schema: str) -> str:
+    """A PostgreSQL schema name is an identifier this library may quote into SQL text."""
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError(
+            f"schema {schema!r} is invalid: 1-63 letters, digits or '_', not starting with a digit"
         )
-        if thread_id is not None:
-            statement = statement.where(runs.c.thread_id == thread_id)
-        if statuses is not None:
-            statement = statement.where(runs.c.status.in_(statuses))
-        await self._ready()
-        async with self._reader.connect() as conn:
-            return [RunRow.from_dict(loads(text)) for text in (await conn.execute(statement)).scalars()]
+    return schema
 
-    # -- deletes ---------------------------------------------------------------------------------
-    async def delete_by_thread(self, thread_id: str) -> int:
-        check_ids(thread_id=thread_id)
-        return await self._delete([EVENTS.c.thread_id == thread_id], [schema.runs.c.thread_id == thread_id])
 
-    async def delete_by_run(self, thread_id: str, run_id: str) -> int:
-        check_ids(thread_id=thread_id, run_id=run_id)
-        runs = schema.runs
-        return await self._delete(
-            [EVENTS.c.thread_id == thread_id, EVENTS.c.run_id == run_id],
-            [runs.c.thread_id == thread_id, runs.c.run_id == run_id],
-        )
+_SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_BACKENDS: Final = {
+    "sqlite": ("run_journal.stores.sqlite", "SqliteRunEventStore"),
+    "postgresql": ("run_journal.stores.postgres", "PostgresRunEventStore"),
+}
 
-    async def _delete(self, event_conditions: list[Any], run_conditions: list[Any]) -> int:
-        await self._ready()
-        async with self._write_lock(), self._writer.begin() as conn:
-            deleted = await conn.execute(EVENTS.delete().where(*event_conditions))
-            await conn.execute(schema.runs.delete().where(*run_conditions))
-        return int(deleted.rowcount)
+
+def backend_class(dialect: str) -> type[SqlRunEventStore]:
+    """The store class of a SQLAlchemy dialect name (imported on first use)."""
+    if dialect not in _BACKENDS:
+        raise ValueError(f"SqlRunEventStore supports sqlite and postgresql, not {dialect!r}")
+    module, name = _BACKENDS[dialect]
+    backend: type[SqlRunEventStore] = getattr(importlib.import_module(module), name)
+    return backend
+

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import Final
 from urllib.parse import urlsplit
 
 from run_journal.stores.base import RunEventStore
 
-SCHEMES = ("memory", "jsonl", "sqlite", "postgresql", "postgres", "redis", "rediss")
+BACKENDS: Final = {
+    "memory": ("run_journal.stores.memory", "MemoryRunEventStore"),
+    "jsonl": ("run_journal.stores.jsonl", "JsonlRunEventStore"),
+    "sqlite": ("run_journal.stores.sql", "SqlRunEventStore"),
+    "postgresql": ("run_journal.stores.sql", "SqlRunEventStore"),
+    "postgres": ("run_journal.stores.sql", "SqlRunEventStore"),
+    "redis": ("run_journal.stores.redis", "RedisRunEventStore"),
+    "rediss": ("run_journal.stores.redis", "RedisRunEventStore"),
+}
+"""Scheme -> (module, class); the class's ``from_url`` builds the store."""
+SCHEMES: Final = tuple(BACKENDS)
+_EXTRAS: Final = {"redis": "redis", "rediss": "redis"}
 
 
 def file_path_of(url: str) -> Path:
@@ -25,29 +38,22 @@ def open_store(url: str, **options: object) -> RunEventStore:
     """Build the store a URL names; ``async with open_store(url) as store:`` also runs ``setup()``.
 
     ``memory://``, ``jsonl:///dir``, ``sqlite:///file.db``, ``postgresql://user@host/db``,
-    ``redis://host:6379/0``. Options are passed to the backend's constructor.
+    ``redis://host:6379/0``. Options are passed to the backend's ``from_url``.
     """
     if not isinstance(url, str) or "://" not in url:
         raise ValueError(f"not a store URL: {url!r} (expected one of {', '.join(SCHEMES)}://...)")
     scheme = urlsplit(url).scheme.lower().split("+", 1)[0]
-    if scheme == "memory":
-        from run_journal.stores.memory import MemoryRunEventStore
-
-        return MemoryRunEventStore(**options)
-    if scheme == "jsonl":
-        from run_journal.stores.jsonl import JsonlRunEventStore
-
-        return JsonlRunEventStore(file_path_of(url), **options)  # type: ignore[arg-type]  # backend-specific options
-    if scheme in {"sqlite", "postgresql", "postgres"}:
-        from run_journal.stores.sql import SqlRunEventStore
-
-        return SqlRunEventStore.from_url(url, **options)
-    if scheme in {"redis", "rediss"}:
-        try:
-            from run_journal.stores.redis import RedisRunEventStore
-        except ImportError as error:
-            raise ImportError(
-                "redis:// stores need the redis client: pip install 'run-journal[redis]'"
-            ) from error
-        return RedisRunEventStore.from_url(url, **options)
-    raise ValueError(f"unknown store URL scheme {scheme!r} in {url!r}; known: {', '.join(SCHEMES)}")
+    if scheme not in BACKENDS:
+        raise ValueError(f"unknown store URL scheme {scheme!r} in {url!r}; known: {', '.join(SCHEMES)}")
+    module_name, class_name = BACKENDS[scheme]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        if scheme not in _EXTRAS:
+            raise
+        raise ImportError(
+            f"{scheme}:// stores need the {_EXTRAS[scheme]} client: "
+            f"pip install 'run-journal[{_EXTRAS[scheme]}]'"
+        ) from error
+    store: RunEventStore = getattr(module, class_name).from_url(url, **options)
+    return store

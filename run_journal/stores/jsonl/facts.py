@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Final
 
 from run_journal.catalog import Category
-from run_journal.envelope import NewEvent, dumps
-from run_journal.stores.jsonl_log import Snapshot
+from run_journal.stores.jsonl.log import Snapshot
 
 MAX_THREADS: Final = 256
 """Threads whose facts a process keeps; the least recently used are rebuilt on demand."""
@@ -75,19 +74,3 @@ def _learn(facts: Facts, seq: int, record: dict[str, object]) -> None:
         if isinstance(user_id, str):
             facts.messages_by_user[user_id] += 1
 
-
-def event_line(event: NewEvent, seq: int) -> bytes:
-    """The ``RunEvent.to_dict()`` JSON line of ``event`` at ``seq``, built from the stored JSON text.
-
-    ``content_json`` and ``metadata_json`` are spliced in as serialized by the envelope, so the bytes
-    on disk are exactly the one normalization. Newlines inside strings are escaped by JSON; other line
-    separators (U+2028, U+2029, U+0085) stay raw, which is why readers split on ``b"\\n"`` only.
-    """
-    text = (
-        f'{{"thread_id":{dumps(event.thread_id)},"run_id":{dumps(event.run_id)},"seq":{seq},'
-        f'"event_type":{dumps(event.event_type)},"category":{dumps(event.category)},'
-        f'"content":{event.content_json},"metadata":{event.metadata_json},'
-        f'"created_at":{dumps(event.created_at.isoformat())},"event_id":{dumps(event.event_id)},'
-        f'"user_id":{dumps(event.user_id)}}}\n'
-    )
-    return text.encode("utf-8")

@@ -7,36 +7,18 @@ already serialized text, spliced in, so a write serializes nothing twice and a r
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from run_journal.envelope import NewEvent, RunEvent
-from run_journal.stores.base import check_cursor, check_limit
 
 Keep = Callable[[RunEvent], bool]
-FOLLOW_FALLBACK_SECONDS: Final = 5.0
-"""A follower re-reads at least this often even without a notification (a lost publish, a restart)."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RedisRetention:
-    """How long an idle thread lives: every key of a thread expires ``ttl_seconds`` after its last
-    append (run rows: after their last ``put_run``). ``None`` keeps everything until deleted."""
-
-    ttl_seconds: int | None = None
-
-    def __post_init__(self) -> None:
-        ttl = self.ttl_seconds
-        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1):
-            raise ValueError(f"ttl_seconds must be a positive integer, got {ttl!r}")
 
 
 def text(value: bytes | str) -> str:
@@ -115,16 +97,13 @@ async def read_page(
     after_seq: int | None,
     keep: Keep,
 ) -> list[RunEvent]:
-    """Pagination of ``stores/base.py`` over the union of the sorted sets ``index_keys``.
+    """An ``EventQuery`` page (``stores/base.py``) over the union of the sorted sets ``index_keys``.
 
     ``after_seq`` reads upwards from it (below ``before_seq`` if both are given); otherwise the
     page is the last ``limit`` rows below ``before_seq`` (or the latest). Chunks are fetched until
     ``limit`` records pass ``keep``, so a filter the index does not cover is still exact; with an
     index per filter, the loop ends after one round trip (one script call per index, pipelined).
     """
-    check_limit(limit)
-    check_cursor("after_seq", after_seq)
-    check_cursor("before_seq", before_seq)
     descending = after_seq is None
     low = f"({after_seq}" if after_seq is not None else "-inf"
     high = f"({before_seq}" if before_seq is not None else "+inf"
@@ -164,27 +143,3 @@ async def read_page(
         found.reverse()
     return found
 
-
-async def wait_for_notification(
-    pubsub: Any, closing: asyncio.Event, closed: Callable[[], bool]
-) -> None:
-    """Until a notification, the store closing, or ``FOLLOW_FALLBACK_SECONDS`` (whichever is first)."""
-
-    async def notified() -> None:
-        clock = asyncio.get_running_loop().time
-        deadline = clock() + FOLLOW_FALLBACK_SECONDS
-        while (left := deadline - clock()) > 0:
-            # None also stands for a (skipped) subscribe confirmation: keep waiting
-            if await pubsub.get_message(ignore_subscribe_messages=True, timeout=left) is not None:
-                return
-
-    message = asyncio.ensure_future(notified())
-    stopping = asyncio.ensure_future(closing.wait())
-    try:
-        await asyncio.wait({message, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (message, stopping):
-            task.cancel()
-        await asyncio.gather(message, stopping, return_exceptions=True)
-    while not closed() and await pubsub.get_message(ignore_subscribe_messages=True, timeout=0):
-        pass  # drain: one read covers every notification that is already here

@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Final
 
+from run_journal.envelope import NewEvent, dumps
+
 WORD: Final = 8
 _PACK: Final = struct.Struct(">Q")
 Record = dict[str, Any]
@@ -171,6 +173,23 @@ def decode(line: bytes, seq: int, directory: Path) -> Record | None:
     message = f"{directory}: the line of seq {seq} {problem}; skipped"
     warnings.warn(message, CorruptRecordWarning, stacklevel=2)
     return None
+
+
+def event_line(event: NewEvent, seq: int) -> bytes:
+    """The ``RunEvent.to_dict()`` JSON line of ``event`` at ``seq``, built from the stored JSON text.
+
+    ``content_json`` and ``metadata_json`` are spliced in as serialized by the envelope, so the bytes
+    on disk are exactly the one normalization. Newlines inside strings are escaped by JSON; other line
+    separators (U+2028, U+2029, U+0085) stay raw, which is why readers split on ``b"\\n"`` only.
+    """
+    text = (
+        f'{{"thread_id":{dumps(event.thread_id)},"run_id":{dumps(event.run_id)},"seq":{seq},'
+        f'"event_type":{dumps(event.event_type)},"category":{dumps(event.category)},'
+        f'"content":{event.content_json},"metadata":{event.metadata_json},'
+        f'"created_at":{dumps(event.created_at.isoformat())},"event_id":{dumps(event.event_id)},'
+        f'"user_id":{dumps(event.user_id)}}}\n'
+    )
+    return text.encode("utf-8")
 
 
 @contextlib.contextmanager

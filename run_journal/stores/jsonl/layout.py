@@ -1,0 +1,70 @@
+"""Where a JSONL store keeps what, under its root directory::
+
+    store.json                          contract version the directory was written with
+    threads/<name>/                     one thread: see ``log`` (lock, meta, events, index)
+    threads/<name>/runs/<name>.json     run rows of that thread, each replaced atomically
+    run_index/<name>                    run id -> thread id, so ``get_run`` needs no scan
+
+``<name>`` is ``base.file_name(id)`` and every path is built through ``base.path_inside``, so no id
+can name a path outside the root (checked again on the resolved path). Blocking: call from a worker
+thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from run_journal.stores.base import (
+    CONTRACT_MAJOR,
+    CONTRACT_VERSION,
+    IncompatibleStoreError,
+    file_name,
+    path_inside,
+)
+from run_journal.stores.jsonl.log import read_meta, write_atomic
+
+
+class Layout:
+    """The paths of one store directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def create(self, *, durable: bool) -> None:
+        """Make the directories and the contract marker; refuse a directory of another major."""
+        (self.root / "threads").mkdir(parents=True, exist_ok=True)
+        (self.root / "run_index").mkdir(exist_ok=True)
+        marker = self.root / "store.json"
+        if not marker.exists():
+            data = json.dumps({"contract_version": CONTRACT_VERSION, "format": "run-journal-jsonl"})
+            write_atomic(marker, data.encode(), durable=durable)
+        stored = str(json.loads(marker.read_bytes()).get("contract_version", "?"))
+        if stored.split(".", 1)[0] != str(CONTRACT_MAJOR):
+            raise IncompatibleStoreError(
+                f"{self.root} was written with contract {stored}; this library reads "
+                f"{CONTRACT_MAJOR}.x (copy it with a matching run-journal version)"
+            )
+
+    def thread_dir(self, thread_id: str) -> Path:
+        return path_inside(self.root, "threads", file_name(thread_id))
+
+    def run_file(self, thread_id: str, run_id: str) -> Path:
+        return path_inside(self.root, "threads", file_name(thread_id), "runs", f"{file_name(run_id)}.json")
+
+    def run_pointer(self, run_id: str) -> Path:
+        return path_inside(self.root, "run_index", file_name(run_id))
+
+    def threads(self) -> Iterator[tuple[str, Path]]:
+        """``(thread_id, directory)`` of every thread that ever held events."""
+        for directory in (self.root / "threads").iterdir():
+            meta = read_meta(directory)
+            if meta is not None:
+                yield meta["thread_id"], directory
+
+    def run_folders(self, thread_id: str | None) -> list[Path]:
+        """The folders of run rows: of one thread, or of all."""
+        if thread_id is not None:
+            return [self.thread_dir(thread_id) / "runs"]
+        return [directory / "runs" for directory in (self.root / "threads").iterdir()]

@@ -1,0 +1,116 @@
+"""Run rows of a JSONL store: one file per run, plus the run's owning thread.
+
+A run's row is ``threads/<name>/runs/<name>.json`` (``{"row": ..., "first_put_at": ...}``), replaced
+atomically under its thread's lock. ``run_index/<name>`` names the run's owning thread, claimed once
+and exclusively across processes, so ``get_run`` needs no scan and no run can move to another
+thread. Blocking: ``JsonlRunEventStore`` calls this from worker threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+from run_journal.envelope import dumps, utc_now
+from run_journal.runs import RunRow, may_replace
+from run_journal.stores.base import RunQuery
+from run_journal.stores.jsonl.layout import Layout
+from run_journal.stores.jsonl.log import locked, write_atomic
+
+
+class RunFiles:
+    """``put_run`` / ``get_run`` / ``list_runs`` and the run side of deletes, over a ``Layout``."""
+
+    def __init__(self, layout: Layout, *, durable: bool) -> None:
+        self._layout = layout
+        self._durable = durable
+
+    def put(self, row: RunRow) -> RunRow:
+        path = self._layout.run_file(row.thread_id, row.run_id)
+        pointer = self._layout.run_pointer(row.run_id)
+        with locked(path.parent.parent):
+            owner = self._claim(pointer, row.thread_id)
+            if owner != row.thread_id:
+                raise ValueError(f"run {row.run_id!r} belongs to thread {owner!r}, not {row.thread_id!r}")
+            stored = read_run(path)
+            if stored is not None and not may_replace(stored[0].status, row.status):
+                return stored[0]
+            first_put_at = stored[1] if stored else utc_now().isoformat()
+            path.parent.mkdir(exist_ok=True)
+            data = dumps({"row": row.to_dict(), "first_put_at": first_put_at}).encode()
+            write_atomic(path, data, durable=self._durable)
+        return RunRow.from_dict(json.loads(data)["row"])
+
+    def _claim(self, pointer: Path, thread_id: str) -> str:
+        """The thread that owns the run: the pointer's, or ``thread_id`` if this call created it.
+
+        The pointer is created whole and exclusively (``link`` of a written temp file fails if the
+        name exists), so two processes putting one run_id into two threads can not both win: the
+        check is atomic across processes, not only under one thread's lock.
+        """
+        while True:
+            try:
+                return pointer.read_text("utf-8")
+            except FileNotFoundError:
+                pass
+            temp = pointer.with_name(f".{pointer.name}.{uuid.uuid4().hex}.tmp")
+            temp.write_bytes(thread_id.encode())
+            try:
+                if self._durable:
+                    with open(temp, "rb") as handle:
+                        os.fsync(handle.fileno())
+                os.link(temp, pointer)
+                return thread_id
+            except FileExistsError:
+                continue  # another writer claimed it first: read its owner
+            finally:
+                temp.unlink(missing_ok=True)
+
+    def get(self, run_id: str) -> RunRow | None:
+        try:
+            thread_id = self._layout.run_pointer(run_id).read_text("utf-8")
+        except FileNotFoundError:
+            return None
+        stored = read_run(self._layout.run_file(thread_id, run_id))
+        return stored[0] if stored else None
+
+    def select(self, query: RunQuery) -> list[RunRow]:
+        found: list[tuple[datetime, str, RunRow]] = []
+        for folder in self._layout.run_folders(query.thread_id):
+            for path in folder.glob("*.json") if folder.is_dir() else ():
+                stored = read_run(path)
+                if stored is not None and (query.statuses is None or stored[0].status in query.statuses):
+                    row, first_put_at = stored
+                    started = row.started_at or datetime.fromisoformat(first_put_at)
+                    found.append((started, row.run_id, row))
+        return [row for _, _, row in sorted(found, key=lambda item: item[:2])]
+
+    def drop_thread(self, thread_id: str) -> None:
+        """Remove every run of the thread (the caller holds the thread's lock)."""
+        folder = self._layout.thread_dir(thread_id) / "runs"
+        for path in list(folder.glob("*.json")) if folder.is_dir() else ():
+            stored = read_run(path)
+            if stored is not None:
+                self._layout.run_pointer(stored[0].run_id).unlink(missing_ok=True)
+            path.unlink()
+
+    def drop_run(self, thread_id: str, run_id: str) -> None:
+        """Remove the run if it belongs to the thread (the caller holds the thread's lock)."""
+        self._layout.run_file(thread_id, run_id).unlink(missing_ok=True)
+        pointer = self._layout.run_pointer(run_id)
+        with contextlib.suppress(FileNotFoundError):
+            if pointer.read_text("utf-8") == thread_id:
+                pointer.unlink(missing_ok=True)
+
+
+def read_run(path: Path) -> tuple[RunRow, str] | None:
+    """A stored run row and its first ``put_run`` time (ISO text), or None."""
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    return RunRow.from_dict(data["row"]), str(data["first_put_at"])

@@ -1,0 +1,213 @@
+"""``JsonlRunEventStore``: a directory of append-only JSON Lines files, safe for several processes.
+
+Where things are: ``layout``. One thread's files and how a batch is committed: ``log``. Run rows:
+``runs``. Every file operation runs in a worker thread (``asyncio.to_thread``): the event loop that
+hosts the journal never blocks on disk.
+
+Seq numbers come from the committed count on disk, read under the thread's ``flock``; the only
+in-process state is a cache of facts derived from committed lines (``facts``: event ids, first event
+of a type per run, message counts), revalidated against the file under the lock before each use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from run_journal.envelope import NewEvent, RunEvent
+from run_journal.runs import RunRow
+from run_journal.stores.base import (
+    EventQuery,
+    RunEventStore,
+    RunQuery,
+    ThreadQuery,
+    metadata_task_id,
+)
+from run_journal.stores.jsonl import log
+from run_journal.stores.jsonl.facts import Facts, ThreadFacts
+from run_journal.stores.jsonl.layout import Layout
+from run_journal.stores.jsonl.runs import RunFiles
+from run_journal.stores.urls import file_path_of
+
+T = TypeVar("T")
+
+
+class JsonlRunEventStore(RunEventStore):
+    """Events as JSON Lines under ``path``; several processes on one machine may share it.
+
+    ``durable=True`` fsyncs each commit (survives power loss, costs a disk flush per write); the
+    default survives a killed process, which is what the journal's retries need.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, durable: bool = False) -> None:
+        self.root = Path(path)
+        self.durable = durable
+        self._layout = Layout(self.root)
+        self._runs = RunFiles(self._layout, durable=durable)
+        self._facts = ThreadFacts()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> JsonlRunEventStore:
+        """``jsonl:///relative/dir`` or ``jsonl:////absolute/dir``; options: ``durable``."""
+        return cls(file_path_of(url), **options)
+
+    async def _setup(self) -> None:
+        await self._run(lambda: self._layout.create(durable=self.durable))
+
+    @staticmethod
+    async def _run(work: Callable[..., T], *args: Any) -> T:
+        """Blocking file work, off the event loop."""
+        return await asyncio.to_thread(work, *args)
+
+    # -- writes ----------------------------------------------------------------------------------
+    async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+        return await self._run(self._append_sync, batch)
+
+    def _append_sync(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+        by_thread: dict[str, list[int]] = {}
+        for position, event in enumerate(batch):
+            by_thread.setdefault(event.thread_id, []).append(position)
+        results: list[RunEvent] = [None] * len(batch)  # type: ignore[list-item]  # every slot is filled below
+        for thread_id, positions in by_thread.items():
+            stored = self._write_thread(thread_id, [batch[i] for i in positions], exclusive=None)
+            for position, (written, _) in zip(positions, stored, strict=True):
+                results[position] = written
+        return results
+
+    async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
+        return await self._run(lambda: self._write_thread(event.thread_id, [event], exclusive=types)[0])
+
+    def _write_thread(
+        self, thread_id: str, events: list[NewEvent], *, exclusive: tuple[str, ...] | None
+    ) -> list[tuple[RunEvent, bool]]:
+        """Under the thread lock: dedupe, assign seqs from the committed count, append, commit.
+
+        ``exclusive`` (``put_if_absent``): an event is not written when its run already has an
+        event of one of those types; the first such event is returned instead.
+        """
+        directory = self._layout.thread_dir(thread_id)
+        with log.locked(directory):
+            view = log.open_for_write(directory, thread_id, durable=self.durable)
+            try:
+                facts = self._facts.refresh(directory, view)
+                results: list[tuple[RunEvent, bool]] = []
+                fresh: dict[str, tuple[NewEvent, int]] = {}
+                lines: list[bytes] = []
+                for event in events:
+                    seq = facts.event_ids.get(event.event_id)
+                    if exclusive is not None and seq is None:
+                        seq = min(
+                            (found for name in exclusive
+                             if (found := facts.first_of_type.get((event.run_id, name))) is not None),
+                            default=None,
+                        )
+                    if seq is not None:
+                        results.append((_existing(view, seq), False))
+                    elif event.event_id in fresh:  # repeated in this batch: a copy of the first
+                        earlier = fresh[event.event_id]
+                        results.append((RunEvent.stored(earlier[0], earlier[1], copy=True), False))
+                    else:
+                        written = RunEvent.stored(event, view.count + len(lines) + 1)
+                        fresh[event.event_id] = (event, written.seq)
+                        lines.append(log.event_line(event, written.seq))
+                        results.append((written, True))
+                if lines:
+                    log.append(view, lines, durable=self.durable)
+                return results
+            finally:
+                view.close()
+
+    async def _put_run(self, row: RunRow) -> RunRow:
+        return await self._run(self._runs.put, row)
+
+    # -- reads -----------------------------------------------------------------------------------
+    async def _select_events(self, query: EventQuery) -> list[RunEvent]:
+        return await self._run(self._select_sync, query)
+
+    def _select_sync(self, query: EventQuery) -> list[RunEvent]:
+        def keep(record: log.Record) -> bool:
+            return query.admits(record["run_id"], record["category"], record["event_type"],
+                                record.get("user_id"), metadata_task_id(record["metadata"]))
+
+        with log.snapshot(self._layout.thread_dir(query.thread_id)) as view:
+            if view is None:
+                return []
+            if query.after_seq is not None:
+                records = view.forward(query.after_seq, query.limit, keep, stop_before=query.before_seq)
+            else:
+                records = view.backward(query.before_seq, query.limit, keep)
+        return [RunEvent.from_dict(record) for record in records]
+
+    async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
+        facts = await self._run(lambda: self._facts_of(self._layout.thread_dir(thread_id)))
+        return facts.messages if user_id is None else facts.messages_by_user[user_id]
+
+    def _facts_of(self, directory: Path) -> Facts:
+        """The facts of the thread's committed lines (caught up from the file)."""
+        with log.snapshot(directory) as view:
+            return self._facts.refresh(directory, view)
+
+    async def _select_threads(self, query: ThreadQuery) -> list[str]:
+        return await self._run(self._select_threads_sync, query)
+
+    def _select_threads_sync(self, query: ThreadQuery) -> list[str]:
+        names = []
+        for thread_id, directory in self._layout.threads():
+            if query.after is not None and thread_id <= query.after:
+                continue
+            facts = self._facts_of(directory)
+            if facts.live and (query.user_id is None or facts.users[query.user_id] > 0):
+                names.append(thread_id)
+        return sorted(names)[: query.limit]
+
+    async def _last_seq(self, thread_id: str) -> int:
+        return await self._run(self._last_seq_sync, thread_id)
+
+    def _last_seq_sync(self, thread_id: str) -> int:
+        with log.snapshot(self._layout.thread_dir(thread_id)) as view:
+            return view.count if view else 0
+
+    async def _get_run(self, run_id: str) -> RunRow | None:
+        return await self._run(self._runs.get, run_id)
+
+    async def _select_runs(self, query: RunQuery) -> list[RunRow]:
+        return await self._run(self._runs.select, query)
+
+    # -- deletes ---------------------------------------------------------------------------------
+    async def _delete_thread(self, thread_id: str) -> int:
+        return await self._run(self._delete_sync, thread_id, None)
+
+    async def _delete_run(self, thread_id: str, run_id: str) -> int:
+        return await self._run(self._delete_sync, thread_id, run_id)
+
+    def _delete_sync(self, thread_id: str, run_id: str | None) -> int:
+        """Under the thread lock: a new generation without the thread's (or the run's) events, every
+        seq kept as an empty span (seq is never reused); then the run rows."""
+        directory = self._layout.thread_dir(thread_id)
+        with log.locked(directory):
+            deleted = 0
+            if log.read_meta(directory) is not None:
+                view = log.open_for_write(directory, thread_id, durable=self.durable)
+                try:
+                    if run_id is None:
+                        deleted = log.clear(view, thread_id, durable=self.durable)
+                    else:
+                        deleted = log.rewrite(view, thread_id, lambda record: record["run_id"] == run_id,
+                                              durable=self.durable)
+                finally:
+                    view.close()
+            if run_id is None:
+                self._runs.drop_thread(thread_id)
+            else:
+                self._runs.drop_run(thread_id, run_id)
+        return deleted
+
+
+def _existing(view: log.Snapshot, seq: int) -> RunEvent:
+    record = view.record_at(seq)
+    if record is None:
+        raise RuntimeError(f"{view.directory}: seq {seq} is indexed but unreadable")
+    return RunEvent.from_dict(record)

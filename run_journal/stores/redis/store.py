@@ -1,0 +1,352 @@
+"""``RedisRunEventStore``: the event stream in Redis, shared by a fleet of workers at low latency.
+
+Every write is one Lua script (``scripts``), so seq assignment, event_id dedupe and indexing are a
+single atomic step on the server: seq stays dense whoever writes. Reads never scan a thread: each
+filter has a sorted set of seqs (score = seq) and a page is ``ZRANGEBYSCORE ... LIMIT`` + ``HMGET`` in
+one script call (``records.read_page``). ``follow`` subscribes to the thread's channel, which every
+append publishes to.
+
+A run row is a hash ``<prefix>run/<run_id>`` written by one script (``scripts.PUT_RUN``) that also
+checks the owning thread and the status guard and keeps two sorted indexes (all runs, and the
+thread's runs) scored by start time; rows past their retention TTL leave the indexes lazily.
+
+Retention (optional): ``retention=RedisRetention(ttl_seconds=N)`` (or ``?ttl_seconds=N`` in the URL)
+gives every key of a thread a time to live that each append refreshes, so a thread untouched for N
+seconds disappears with its run rows. The refresh costs one EXPIRE per index key of the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+
+from run_journal.envelope import NewEvent, RunEvent, utc_now
+from run_journal.runs import TERMINAL_STATUSES, RunRow
+from run_journal.stores.base import (
+    CONTRACT_MAJOR,
+    CONTRACT_VERSION,
+    EventQuery,
+    IncompatibleStoreError,
+    RunEventStore,
+    RunQuery,
+    ThreadQuery,
+    Waiter,
+    metadata_task_id,
+)
+from run_journal.stores.redis import scripts
+from run_journal.stores.redis.records import (
+    ScriptCall,
+    decode,
+    encode,
+    fresh_copy,
+    read_page,
+    run_scripts,
+    task_key,
+    text,
+)
+
+DEFAULT_PREFIX: Final = "run_journal:"
+FOLLOW_FALLBACK_SECONDS: Final = 5.0
+"""A follower re-reads at least this often even without a notification (a lost publish, a restart)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RedisRetention:
+    """How long an idle thread lives: every key of a thread expires ``ttl_seconds`` after its last
+    append (run rows: after their last ``put_run``). ``None`` keeps everything until deleted."""
+
+    ttl_seconds: int | None = None
+
+    def __post_init__(self) -> None:
+        ttl = self.ttl_seconds
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1):
+            raise ValueError(f"ttl_seconds must be a positive integer, got {ttl!r}")
+
+
+class RedisRunEventStore(RunEventStore):
+    """Run events and run rows in one Redis database, under a key prefix (see ``scripts``)."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        retention: RedisRetention | Mapping[str, Any] | None = None,
+        owns_client: bool = False,
+    ) -> None:
+        if not isinstance(prefix, str) or "/" in prefix:
+            raise ValueError(f"prefix must be a string without '/', got {prefix!r}")
+        self._client = client
+        self._prefix = prefix
+        if isinstance(retention, Mapping):
+            retention = RedisRetention(**retention)
+        self._retention = retention or RedisRetention()
+        self._owns_client = owns_client
+        self._closing = asyncio.Event()
+        self._register_scripts(flags=True)
+
+    def _register_scripts(self, *, flags: bool) -> None:
+        """Script flags (Redis 7+): a write script is refused up front when the server is out of
+        memory, instead of failing at its first write; reads run on replicas and under OOM; deletes
+        may run under OOM. Older servers get the scripts without the ``#!lua`` line."""
+        register = self._client.register_script
+
+        def header(line: str) -> str:
+            return line + "\n" if flags else ""
+
+        self._append_script = register(header("#!lua") + scripts.APPEND)
+        self._put_run_script = register(header("#!lua") + scripts.PUT_RUN)
+        self._page_script = register(header("#!lua flags=no-writes") + scripts.PAGE)
+        self._delete_thread_script = register(header("#!lua flags=allow-oom") + scripts.DELETE_THREAD)
+        self._delete_run_script = register(header("#!lua flags=allow-oom") + scripts.DELETE_RUN)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisRunEventStore:
+        """``redis://host:port/db?prefix=app:&ttl_seconds=86400``; other parameters go to redis-py."""
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        ours = {key: value for key, value in query if key in {"prefix", "ttl_seconds"}}
+        rest = urlencode([(key, value) for key, value in query if key not in ours])
+        if "prefix" in ours:
+            options.setdefault("prefix", ours["prefix"])
+        if "ttl_seconds" in ours:
+            options.setdefault("retention", RedisRetention(ttl_seconds=int(ours["ttl_seconds"])))
+        client = aioredis.Redis.from_url(urlunsplit(parts._replace(query=rest)))
+        return cls(client, owns_client=True, **options)
+
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
+    def _thread_key(self, thread_id: str, suffix: str) -> str:
+        return f"{self._prefix}t/{thread_id}/{suffix}"
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def _setup(self) -> None:
+        """Stamp the prefix with the contract version, and refuse one written by another major."""
+        server = await self._client.info("server")
+        if int(str(server.get("redis_version", "7")).split(".", 1)[0]) < 7:
+            self._register_scripts(flags=False)
+        key = self._prefix + "contract"
+        await self._client.set(key, CONTRACT_VERSION, nx=True)
+        stored = text(await self._client.get(key) or CONTRACT_VERSION)
+        if stored.split(".", 1)[0] != str(CONTRACT_MAJOR):
+            raise IncompatibleStoreError(
+                f"Redis prefix {self._prefix!r} holds contract {stored}; "
+                f"this library reads {CONTRACT_MAJOR}.x"
+            )
+
+    async def _release(self) -> None:
+        self._closing.set()
+        if self._owns_client:
+            await self._client.aclose()
+
+    # -- writes ----------------------------------------------------------------------------------
+    async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+        return [event for event, _ in await self._write(batch, "append")]
+
+    async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
+        (result,) = await self._write([event], "once", types)
+        return result
+
+    async def _write(
+        self, batch: Sequence[NewEvent], mode: str, types: Sequence[str] = ()
+    ) -> list[tuple[RunEvent, bool]]:
+        """One script call per thread, all in one round trip; results in input order.
+
+        Each result says whether this call wrote the event (False: it was stored before, or it
+        repeats an earlier event_id of the batch, or ``mode="once"`` found an event of ``types``
+        in the run).
+        """
+        by_thread: dict[str, list[int]] = {}
+        for position, event in enumerate(batch):
+            by_thread.setdefault(event.thread_id, []).append(position)
+        ttl = self._retention.ttl_seconds or 0
+        calls: list[ScriptCall] = []
+        for thread_id, positions in by_thread.items():
+            args: list[str | int] = [self._prefix, thread_id, mode, ttl, len(types), *types]
+            for position in positions:
+                event = batch[position]
+                task_id = event.task_id
+                args += [
+                    event.event_id, event.run_id, event.event_type,
+                    "1" if event.category == "message" else "0",
+                    task_key(task_id) if task_id is not None else "",
+                    event.user_id or "", encode(event),
+                ]
+            calls.append((self._append_script, [], args))
+        replies = await run_scripts(self._client, calls)
+        results: list[tuple[RunEvent, bool]] = [None] * len(batch)  # type: ignore[list-item]  # filled below
+        for (thread_id, positions), reply in zip(by_thread.items(), replies, strict=True):
+            written: dict[int, RunEvent] = {}
+            for index, position in enumerate(positions):
+                seq, stored = int(reply[2 * index]), reply[2 * index + 1]
+                if stored is not None:
+                    results[position] = (decode(thread_id, seq, stored), False)
+                elif seq in written:
+                    results[position] = (fresh_copy(written[seq]), False)
+                else:
+                    written[seq] = RunEvent.stored(batch[position], seq)
+                    results[position] = (written[seq], True)
+        return results
+
+    async def _put_run(self, row: RunRow) -> RunRow:
+        row_json = json.dumps(row.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        args: list[str | int] = [
+            self._prefix, row.run_id, row.thread_id, str(row.status), row_json,
+            self._retention.ttl_seconds or 0,
+            _micros(row.started_at) if row.started_at is not None else "", _micros(utc_now()),
+            *sorted(TERMINAL_STATUSES),
+        ]
+        stored = await self._put_run_script(args=args)
+        if isinstance(stored, list):  # ['thread', owner]: the run belongs to another thread
+            owner = text(stored[1])
+            raise ValueError(f"run {row.run_id!r} belongs to thread {owner!r}, not {row.thread_id!r}")
+        return RunRow.from_dict(json.loads(stored if stored is not None else row_json))
+
+    # -- reads -----------------------------------------------------------------------------------
+    async def _select_events(self, query: EventQuery) -> list[RunEvent]:
+        """The most selective index drives the page; ``query.admits`` re-checks every record."""
+        def keep(event: RunEvent) -> bool:
+            return query.admits(event.run_id, event.category, event.event_type, event.user_id,
+                                metadata_task_id(event.metadata))
+
+        return await read_page(
+            self._client, self._page_script, query.thread_id,
+            [self._thread_key(query.thread_id, index) for index in _indexes(query)],
+            self._thread_key(query.thread_id, "ev"),
+            limit=query.limit, before_seq=query.before_seq, after_seq=query.after_seq, keep=keep,
+        )
+
+    async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
+        index = f"u/{user_id}/msg" if user_id is not None else "msg"
+        return int(await self._client.zcard(self._thread_key(thread_id, index)))
+
+    async def _select_threads(self, query: ThreadQuery) -> list[str]:
+        """Threads in byte order (= code point order for UTF-8); expired ones are dropped lazily."""
+        if query.user_id is None:
+            index, marker = self._prefix + "threads", "all"
+        else:
+            index, marker = f"{self._prefix}u/{query.user_id}/threads", f"u/{query.user_id}/all"
+        threads: list[str] = []
+        start = "-" if query.after is None else "(" + query.after
+        while len(threads) < query.limit:
+            batch = [text(name) for name in await self._client.zrangebylex(
+                index, start, "+", start=0, num=query.limit - len(threads)
+            )]
+            if not batch:
+                break
+            async with self._client.pipeline(transaction=False) as pipe:
+                for thread_id in batch:
+                    pipe.exists(self._thread_key(thread_id, marker))
+                alive = await pipe.execute()
+            stale = [thread_id for thread_id, ok in zip(batch, alive, strict=True) if not ok]
+            if stale:
+                await self._client.zrem(index, *stale)
+            threads += [thread_id for thread_id, ok in zip(batch, alive, strict=True) if ok]
+            start = "(" + batch[-1]
+        return threads
+
+    async def _last_seq(self, thread_id: str) -> int:
+        value = await self._client.get(self._thread_key(thread_id, "seq"))
+        return int(value) if value is not None else 0
+
+    def _watch(self, thread_id: str) -> AbstractAsyncContextManager[Waiter]:
+        return self._subscribed(thread_id)
+
+    @contextlib.asynccontextmanager
+    async def _subscribed(self, thread_id: str) -> AsyncIterator[Waiter]:
+        """Subscribed to the thread's channel before the first read, so no write falls between the
+        two; a wait ends at a publish, the store closing, or ``FOLLOW_FALLBACK_SECONDS``, and drains
+        what else arrived meanwhile (one read covers every notification already here)."""
+        pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(self._thread_key(thread_id, "new"))
+
+            async def notified() -> None:
+                clock = asyncio.get_running_loop().time
+                deadline = clock() + FOLLOW_FALLBACK_SECONDS
+                while (left := deadline - clock()) > 0:
+                    # None also stands for a (skipped) subscribe confirmation: keep waiting
+                    if await pubsub.get_message(ignore_subscribe_messages=True, timeout=left) is not None:
+                        return
+
+            async def wait(after_seq: int) -> None:
+                message = asyncio.ensure_future(notified())
+                stopping = asyncio.ensure_future(self._closing.wait())
+                try:
+                    await asyncio.wait({message, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for task in (message, stopping):
+                        task.cancel()
+                    await asyncio.gather(message, stopping, return_exceptions=True)
+                while not self._closed and await pubsub.get_message(ignore_subscribe_messages=True,
+                                                                     timeout=0):
+                    pass
+
+            yield wait
+        finally:
+            await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+
+    # -- runs ------------------------------------------------------------------------------------
+    async def _get_run(self, run_id: str) -> RunRow | None:
+        stored = await self._client.hget(f"{self._prefix}run/{run_id}", "row")
+        return RunRow.from_dict(json.loads(stored)) if stored is not None else None
+
+    async def _select_runs(self, query: RunQuery) -> list[RunRow]:
+        if query.thread_id is None:
+            index = self._prefix + "runs"
+        else:
+            index = self._thread_key(query.thread_id, "runs")
+        run_ids = [text(run_id) for run_id in await self._client.zrange(index, 0, -1)]  # type: ignore[arg-type]  # plain zrange gives members only
+        async with self._client.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hget(f"{self._prefix}run/{run_id}", "row")
+            rows = await pipe.execute()
+        expired = [run_id for run_id, row in zip(run_ids, rows, strict=True) if row is None]
+        if expired:  # rows that outlived their retention TTL leave the index lazily
+            await self._client.zrem(index, *expired)
+        found = [RunRow.from_dict(json.loads(row)) for row in rows if row is not None]
+        return [row for row in found if query.statuses is None or row.status in query.statuses]
+
+    # -- deletes ---------------------------------------------------------------------------------
+    async def _delete_thread(self, thread_id: str) -> int:
+        return int(await self._delete_thread_script(args=[self._prefix, thread_id]))
+
+    async def _delete_run(self, thread_id: str, run_id: str) -> int:
+        return int(await self._delete_run_script(args=[self._prefix, thread_id, run_id]))
+
+
+def _indexes(query: EventQuery) -> list[str]:
+    """The sorted sets (under the thread's keys) whose union holds every event ``query`` can select:
+    the narrowest the filters allow (see ``scripts`` for the key layout)."""
+    if query.messages_only:
+        if query.run_id is not None:
+            return [f"r/{query.run_id}/msg"]
+        return [f"u/{query.user_id}/msg" if query.user_id is not None else "msg"]
+    run_part = f"r/{query.run_id}/" if query.run_id is not None else ""
+    if query.event_types is not None:
+        return [f"{run_part}ty/{name}" for name in query.event_types]
+    if query.task_id is not None:
+        return [f"task/{task_key(query.task_id)}"]
+    if query.run_id is not None:
+        return [f"r/{query.run_id}/all"]
+    return [f"u/{query.user_id}/all" if query.user_id is not None else "all"]
+
+
+def _micros(moment: datetime) -> int:
+    """A sort score: whole microseconds since the epoch (exact in a double until year 2255)."""
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
