@@ -276,7 +276,8 @@ class RunTally:
 
     def copy(self) -> RunTally:
         """A snapshot that later calls do not change (the groups are immutable totals)."""
-        return dataclasses.replace(self, groups=dict(self.groups))
+        return RunTally(self.pricing, dict(self.groups), self.tool_calls, self.tool_errors, self.messages,
+                        self.first_human, self.last_ai)
 
     def row_fields(self) -> dict[str, Any]:
         """The ``RunRow`` fields this tally owns."""

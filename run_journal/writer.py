@@ -9,8 +9,10 @@
 * **One drain task** on that loop takes the head of the queue in batches (at most ``batch_size``
   events, after at most ``flush_interval`` seconds, at once when the run ended, a batch is full or
   someone flushes), writes it, and only then removes it from the queue. Every store call has a deadline
-  (``store_timeout``) and is retried with backoff; a retry sends the same ``event_id``s, which stores
-  ignore when they already have them. So events are stored once, in submission order, whatever fails.
+  (``store_timeout``) and a failed one is retried with backoff; a retry sends the same ``event_id``s,
+  which stores ignore when they already have them. So events are stored once, in submission order,
+  whatever fails. A call past its deadline is not retried: it fails the waiting flushes at once, and
+  a fresh drain task takes over while the stuck one is left to its driver.
 * **Flushes** are (how many events, which row, future) waiters that the drain settles once that much is
   stored. When the retry budget is spent the drain fails every waiting flush with ``JournalError`` and
   parks, keeping everything; the next ``flush()`` / ``aclose()`` tries again.
@@ -116,6 +118,8 @@ class _Waiter:
     row: int
     future: asyncio.Future[None] | concurrent.futures.Future[None]
     """An asyncio future for a flush on the writer's loop, a thread-safe one for anyone else."""
+    closing: bool = False
+    """A close: once it is answered the drain task ends."""
 
 
 class EventWriter:
@@ -199,20 +203,27 @@ class EventWriter:
                 loop.call_soon_threadsafe(self._signal, urgent)
 
     def _signal(self, urgent: bool) -> None:
-        """On the writer's loop: start the drain task once, then wake it now or after the batch timer."""
+        """On the writer's loop: wake the drain task (started on first need) now or after the batch
+        timer."""
         loop = self._loop
         assert loop is not None
         if self._finished:
             return
-        if self._task is None:
-            self._task = loop.create_task(self._drain(), name="run-journal-writer")
         if urgent:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            self._wake.set()
+            self._wake_drain()
         elif self._timer is None and not self._wake.is_set():
-            self._timer = loop.call_later(self.flush_interval, self._wake.set)
+            self._timer = loop.call_later(self.flush_interval, self._wake_drain)
+
+    def _wake_drain(self) -> None:
+        if self._finished:
+            return
+        self._wake.set()
+        if self._task is None:
+            assert self._loop is not None
+            self._task = self._loop.create_task(self._drain(), name="run-journal-writer")
 
     # -- producers (any thread) --------------------------------------------------------------------
     def submit(self, items: Sequence[Item], row: RowSnapshot | None = None, *, urgent: bool = False) -> bool:
@@ -270,9 +281,9 @@ class EventWriter:
         return events, None if row is None else self._patched(row())
 
     # -- flush and close (any loop or thread) ------------------------------------------------------
-    async def flush(self) -> None:
+    async def flush(self, *, closing: bool = False) -> None:
         running = asyncio.get_running_loop()
-        future = self._request_flush(running if running is self._loop else None)
+        future = self._request_flush(running if running is self._loop else None, closing=closing)
         if isinstance(future, asyncio.Future):
             await future
         elif future is not None:
@@ -281,7 +292,7 @@ class EventWriter:
     async def aclose(self) -> None:
         """Flush, then stop the drain and close a store opened from a URL. After a failure nothing
         is stopped: a later ``flush()`` / ``aclose()`` tries again."""
-        await self.flush()
+        await self.flush(closing=True)
         first, stopped = self._begin_stop()
         if not first:
             await asyncio.wrap_future(stopped)
@@ -304,7 +315,7 @@ class EventWriter:
         if loop is not None and self._on_loop_thread() and loop.is_running():
             raise JournalError("the journal's writer runs on this thread's event loop: use 'async with' "
                                "or 'await journal.aclose()' instead of the sync form")
-        future = self._request_flush(None)
+        future = self._request_flush(None, closing=True)
         if future is not None:
             future.result()
         first, stopped = self._begin_stop()
@@ -340,7 +351,7 @@ class EventWriter:
         return running is loop or (loop.is_running() and not self._on_loop_thread())
 
     def _request_flush(
-        self, on_loop: asyncio.AbstractEventLoop | None
+        self, on_loop: asyncio.AbstractEventLoop | None, *, closing: bool = False
     ) -> asyncio.Future[None] | concurrent.futures.Future[None] | None:
         """A waiter for what is queued now (None: it is all stored), settled by the drain;
         ``on_loop`` is the writer's loop when the caller runs on it."""
@@ -352,7 +363,7 @@ class EventWriter:
                 raise JournalError(f"the journal's writer has stopped (its event loop is gone); "
                                    f"{len(self._queue)} event(s) unwritten")
             future = concurrent.futures.Future[None]() if on_loop is None else on_loop.create_future()
-            waiter = _Waiter(self._submitted, self._row_version, future)
+            waiter = _Waiter(self._submitted, self._row_version, future, closing)
             self._waiters.append(waiter)
             self._failure = None  # a flush tries the store again
             self._signalled = True
@@ -364,8 +375,10 @@ class EventWriter:
         and answer flushes that raced the close."""
         with self._lock:
             self._finished = True
+        if self._timer is not None:
+            self._timer.cancel()
         self._wake.set()
-        if self._task is not None:
+        if self._task is not None and not self._task.done():
             await self._task  # ends at once: nothing is left behind on the caller's loop
         if self._url is not None and self._store is not None:
             store, self._store = self._store, None
@@ -395,7 +408,7 @@ class EventWriter:
 
     # -- the drain task (the writer's loop) --------------------------------------------------------
     async def _drain(self) -> None:
-        while True:
+        while not self._finished:
             await self._wake.wait()
             if self._finished:
                 return
@@ -412,10 +425,11 @@ class EventWriter:
             except Exception as error:  # a writer bug: reported like a store failure, never raised
                 logger.exception("run-journal: the writer failed")
                 self._fail(error)
-            self._settle()
+            if self._settle():
+                return
 
     async def _write_queue(self) -> None:
-        while self._failure is None:
+        while self._failure is None and self._current():
             store = self._store or await self._open_store()
             with self._lock:
                 items = list(itertools.islice(self._queue, self.batch_size))
@@ -491,8 +505,14 @@ class EventWriter:
             row = item.patch_row(row)
         return row
 
+    def _current(self) -> bool:
+        """This is the drain task (not one abandoned after a store call that did not answer)."""
+        return asyncio.current_task() is self._task
+
     def _taken(self, items: list[Item], superseded: int) -> None:
         """The batch is stored: off the queue, and room for waiting producers."""
+        if not self._current():
+            return  # an abandoned task's late write: the drain task writes the batch again
         with self._room:
             for _ in items:
                 self._queue.popleft()
@@ -505,6 +525,8 @@ class EventWriter:
         self._room_free.set()
 
     def _row_written(self, version: int) -> None:
+        if not self._current():
+            return
         with self._lock:
             self._row_stored = max(self._row_stored, version)
             self._counts["row_writes"] += 1
@@ -515,8 +537,10 @@ class EventWriter:
             try:
                 return await self._deadline(operation())
             except Exception as error:
+                if not self._current():
+                    raise asyncio.CancelledError from error  # abandoned: it reports nothing
                 if attempt + 1 >= self.retry.attempts:
-                    self._fail(error)
+                    self._fail(error, attempts=attempt + 1)
                     raise _Exhausted from error
                 with self._lock:
                     self._counts["retried"] += 1
@@ -524,19 +548,28 @@ class EventWriter:
         raise AssertionError("unreachable")
 
     async def _deadline(self, call: Awaitable[T]) -> T:
-        """Await ``call`` for at most ``store_timeout`` seconds. A call that does not answer is
-        abandoned, not awaited: a driver cleaning up after a dead connection may hang as well (with
-        PostgreSQL's packets dropped, asyncpg's cleanup alone takes seconds)."""
-        task = asyncio.ensure_future(call)
-        done, _ = await asyncio.wait((task,), timeout=self.store_timeout)
-        if not done:
-            task.cancel()
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-            raise StoreTimeoutError(f"the store did not answer within {self.store_timeout} s")
-        return task.result()
+        """Await ``call`` with a watchdog: past ``store_timeout`` seconds, :meth:`_abandon`."""
+        assert self._loop is not None
+        watchdog = self._loop.call_later(self.store_timeout, self._abandon, asyncio.current_task())
+        try:
+            return await call
+        finally:
+            watchdog.cancel()
 
-    def _fail(self, error: BaseException) -> None:
-        """The retry budget is spent: every waiting flush learns why; the drain parks until a flush."""
+    def _abandon(self, stuck: asyncio.Task[None] | None) -> None:
+        """A store call has not answered within ``store_timeout``: the waiting flushes fail now and a
+        new drain task takes over (parked until the next flush). The stuck task is cancelled and
+        left to its driver, whose cleanup after a dead connection may hang too (with PostgreSQL's
+        packets dropped, asyncpg's alone takes seconds); it touches nothing of the writer again."""
+        if stuck is None or stuck is not self._task or stuck.done():
+            return
+        assert self._loop is not None
+        stuck.cancel()
+        self._task = self._loop.create_task(self._drain(), name="run-journal-writer")
+        self._fail(StoreTimeoutError(f"the store did not answer within {self.store_timeout} s"))
+
+    def _fail(self, error: BaseException, attempts: int = 1) -> None:
+        """Writing stopped: every waiting flush learns why; the drain parks until a flush."""
         with self._room:
             self._failure = error
             self._counts["failed_batches"] += 1
@@ -545,17 +578,26 @@ class EventWriter:
             self._room.notify_all()
         self._room_free.set()
         what = f"{unwritten} event(s)" if unwritten else "the run row"
-        failure = JournalError(f"run-journal could not write {what} to the store after "
-                               f"{self.retry.attempts} attempts: {type(error).__name__}: {error}")
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        failure = JournalError(f"run-journal could not write {what} to the store{tries}: "
+                               f"{type(error).__name__}: {error}")
         failure.__cause__ = error
         for waiter in waiters:
             if not waiter.future.done():
                 waiter.future.set_exception(failure)
 
-    def _settle(self) -> None:
+    def _settle(self) -> bool:
+        """Answer the flushes whose events and row are stored. True: a close was answered, so the
+        drain task ends (and ``_finished`` keeps anything from starting it again)."""
         with self._lock:
             ready = [w for w in self._waiters if w.events <= self._done and w.row <= self._row_stored]
+            if not ready:
+                return False
             self._waiters = [w for w in self._waiters if w not in ready]
+            closed = any(w.closing and not w.future.done() for w in ready)
+            if closed:
+                self._finished = True
         for waiter in ready:
             if not waiter.future.done():
                 waiter.future.set_result(None)
+        return closed

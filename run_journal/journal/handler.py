@@ -187,23 +187,24 @@ class RunJournal(BaseCallbackHandler):
 
     # -- from the recorder to the writer (lock held) ---------------------------------------------------
     def _forward(self, *, row_due: bool = False) -> bool:
-        """Hand the recorder's new events to the writer, with a row snapshot when one is due.
+        """Hand the recorder's new events to the writer, with a row snapshot when the status changed
+        or ``row_interval`` passed (rows ride with events; a flush asks for one with ``row_due``).
         True: the queue is full and this is the writer's loop (the caller should yield)."""
         recorder = self._recorder
         items = recorder.take()
+        if not items and not row_due:
+            return False
         status = recorder.state.status
-        ended = status != self._row_status and recorder.state.ended
+        row = None
         if status != self._row_status or (
             recorder.changed and (row_due or time.monotonic() - self._row_at >= self._row_interval)
         ):
             row = recorder.snapshot()
             if row is not None:
                 self._row_status, self._row_at, recorder.changed = status, time.monotonic(), False
-        else:
-            row = None
         if not items and row is None:
             return False
-        return self._writer.submit(items, row, urgent=ended)
+        return self._writer.submit(items, row, urgent=recorder.state.ended and row is not None)
 
     def _record(self, step: Callable[[], Any]) -> Any:
         """A recorder call from user code: bad input raises; a closed journal is a JournalError."""
@@ -214,11 +215,11 @@ class RunJournal(BaseCallbackHandler):
             self._forward()
         return result
 
-    def _callback(self, step: Callable[[], None]) -> None:
+    def _callback(self, step: Callable[..., None], *args: Any) -> None:
         """A LangChain callback: never raises; yields to the writer when the queue is full."""
         try:
             with self._lock:
-                step()
+                step(*args)
                 full = self._forward()
         except Exception:  # a journaling bug must not become the user's exception
             self._callback_errors += 1
@@ -275,14 +276,13 @@ class RunJournal(BaseCallbackHandler):
                        parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
                        metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         name = str(kwargs.get("name") or (serialized or {}).get("name") or "chain")
-        self._callback(lambda: self._recorder.chain_start(
-            run_id, parent_run_id, name, inputs, tags, metadata))
+        self._callback(self._recorder.chain_start, run_id, parent_run_id, name, inputs, tags, metadata)
 
     def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        self._callback(lambda: self._recorder.chain_end(outputs, run_id))
+        self._callback(self._recorder.chain_end, outputs, run_id)
 
     def on_chain_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        self._callback(lambda: self._recorder.chain_error(error, run_id))
+        self._callback(self._recorder.chain_error, error, run_id)
 
     def on_chat_model_start(self, serialized: dict[str, Any] | None, messages: list[list[BaseMessage]],
                             *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
@@ -290,35 +290,35 @@ class RunJournal(BaseCallbackHandler):
                             **kwargs: Any) -> None:
         prompt = messages[0] if messages else []
         params = kwargs.get("invocation_params")
-        self._callback(lambda: self._recorder.model_start(
-            run_id, parent_run_id, "chat_model", prompt, tags, metadata, params))
+        self._callback(self._recorder.model_start, run_id, parent_run_id, "chat_model", prompt, tags,
+                       metadata, params)
 
     def on_llm_start(self, serialized: dict[str, Any] | None, prompts: list[str], *, run_id: uuid.UUID,
                      parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
                      metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         params = kwargs.get("invocation_params")
-        self._callback(lambda: self._recorder.model_start(
-            run_id, parent_run_id, "llm", prompts, tags, metadata, params))
+        self._callback(self._recorder.model_start, run_id, parent_run_id, "llm", prompts, tags, metadata,
+                       params)
 
     def on_llm_new_token(self, token: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        self._callback(lambda: self._recorder.new_token(run_id))
+        self._callback(self._recorder.new_token, run_id)
 
     def on_llm_end(self, response: LLMResult, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        self._callback(lambda: self._recorder.llm_end(response, run_id))
+        self._callback(self._recorder.llm_end, response, run_id)
 
     def on_llm_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        self._callback(lambda: self._recorder.llm_error(error, run_id))
+        self._callback(self._recorder.llm_error, error, run_id)
 
     def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: uuid.UUID,
                       parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
                       metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
         call_id = kwargs.get("tool_call_id")
-        self._callback(lambda: self._recorder.tool_start(
-            run_id, name, call_id if isinstance(call_id, str) else None, tags))
+        self._callback(self._recorder.tool_start, run_id, name, call_id if isinstance(call_id, str) else None,
+                       tags)
 
     def on_tool_end(self, output: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        self._callback(lambda: self._recorder.tool_end(output, run_id))
+        self._callback(self._recorder.tool_end, output, run_id)
 
     def on_tool_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        self._callback(lambda: self._recorder.tool_error(error, run_id))
+        self._callback(self._recorder.tool_error, error, run_id)

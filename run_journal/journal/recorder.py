@@ -103,7 +103,9 @@ class RunRecorder:
     # -- output ------------------------------------------------------------------------------------
     def take(self) -> list[Output]:
         """The events produced since the last call, in run order."""
-        out, self._out = self._out, []
+        out = self._out
+        if out:
+            self._out = []
         return out
 
     @property

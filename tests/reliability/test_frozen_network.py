@@ -62,7 +62,7 @@ async def test_a_frozen_network_fails_the_flush_within_the_deadline_and_loses_no
         with pytest.raises(JournalError, match="did not answer"):
             await journal.flush()
         waited = time.monotonic() - began
-        assert waited < RETRY.attempts * DEADLINE + 2.0, waited
+        assert waited < DEADLINE + 1.0, waited  # a store that does not answer is not retried
         assert [e.event_type for e in journal.unwritten_events()][-1] == "run.end"
         proxy.frozen = False
         await proxy.stop()  # the frozen connections are dead; the store reconnects
