@@ -355,16 +355,23 @@ class RunEventStore(abc.ABC):
     async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
         """Close a run: its last ``events`` (``put_batch``), its ``terminal`` event
         (``put_event_if_absent`` with ``exclusive_types=TERMINAL_RUN_EVENTS``) and its final ``row``
-        (``put_run``), in one transaction where the backend has one, so a run's end costs one
-        commit. Idempotent like its parts (a retry writes nothing twice).
+        (``put_run``). Idempotent like its parts (a retry writes nothing twice).
 
         False when the run already had another terminal event (``reconcile_orphans`` closed it):
         the events are written, the terminal event and the row are not. A row of another thread is
         a ValueError, raised after the events and the terminal event are written.
+
+        This default takes the three steps one after the other, through the public methods; a
+        backend that can do them in one step (a transaction: one commit per run end) overrides it,
+        starting with ``_ready`` as every public method does.
         """
-        batch = [as_new_event(item) for item in events]
-        await self._ready()
-        return await self._close_run(batch, terminal, row)
+        if events:
+            await self.put_batch(events)
+        stored, _ = await self.put_event_if_absent(terminal, exclusive_types=TERMINAL_RUN_EVENTS)
+        if stored.event_id != terminal.event_id:
+            return False
+        await self.put_run(row)
+        return True
 
     # -- reads -----------------------------------------------------------------------------------
     async def list_messages(
@@ -432,6 +439,8 @@ class RunEventStore(abc.ABC):
 
     async def _page(self, query: EventQuery) -> list[RunEvent]:
         await self._ready()
+        if query.event_types == ():  # an empty filter matches nothing, on every backend
+            return []
         page = await self._select_events(query)
         if query.user_id is not None and any(event.user_id != query.user_id for event in page):
             raise StoreError(f"{type(self).__name__} returned another user's event; nothing is returned")
@@ -550,17 +559,6 @@ class RunEventStore(abc.ABC):
     @abc.abstractmethod
     async def _put_run(self, row: RunRow) -> RunRow:
         """``put_run``: the guards (owning thread, ``runs.may_replace``) in the same atomic step."""
-
-    async def _close_run(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
-        """``put_run_close``; this default takes the three steps one after the other."""
-        if events:
-            await self._append(events)
-        stored, _ = await self._put_if_absent(terminal, exclusive_set(terminal.event_type,
-                                                                      TERMINAL_RUN_EVENTS))
-        if stored.event_id != terminal.event_id:
-            return False
-        await self._put_run(row)
-        return True
 
     @abc.abstractmethod
     async def _select_events(self, query: EventQuery) -> list[RunEvent]:

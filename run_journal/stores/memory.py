@@ -36,6 +36,7 @@ from run_journal.stores.base import (
     RunQuery,
     ThreadQuery,
     Waiter,
+    as_new_event,
 )
 
 
@@ -202,12 +203,14 @@ class MemoryRunEventStore(RunEventStore):
             record, written = self._record(event, types)
         return record.to_event(), written
 
-    async def _close_run(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
+    async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
         """One locked step: no reader sees the run's last events without its end and its row."""
+        batch = [as_new_event(item) for item in events]
+        await self._ready()
         row_json = dumps(row.to_dict())
         with self._lock:
             self._check_open()
-            for event in events:
+            for event in batch:
                 self._record(event)
             stored, _ = self._record(terminal, TERMINAL_TYPES)
             if stored.event.event_id != terminal.event_id:

@@ -37,6 +37,7 @@ from run_journal.stores.base import (
     RunEventStore,
     RunQuery,
     ThreadQuery,
+    as_new_event,
     exclusive_set,
 )
 from run_journal.stores.sql_schema import events, qualified, runs, stamp, threads
@@ -394,8 +395,11 @@ class SqlRunEventStore(RunEventStore):
             raise moved_run_error(row.run_id, owner, row.thread_id)
         return RunRow.from_dict(loads(row_json))
 
-    async def _close_run(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
-        stored = await self._write(self._work.close_run, events, terminal, run_values(row))
+    async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
+        """The run's last events, its terminal event and its row in one transaction."""
+        batch = [as_new_event(item) for item in events]
+        await self._ready()
+        stored = await self._write(self._work.close_run, batch, terminal, run_values(row))
         if stored is None:
             return False
         if stored[1] != row.thread_id:  # the events are committed; the row was refused
