@@ -15,7 +15,7 @@ import math
 import re
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import date, datetime, time
 from decimal import Decimal
 from pathlib import PurePath
@@ -221,33 +221,35 @@ def _not_json(value: object) -> None:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-# The C encoder built once (``JSONEncoder.encode`` builds it again on every call), with the settings of
-# ``json.dumps(ensure_ascii=False, separators=(",", ":"), allow_nan=False)``; no cycle markers, because
-# normalized values have no cycles.
-_ENCODE: Final = json.encoder.c_make_encoder(  # type: ignore[attr-defined]  # untyped C accelerator
-    None, _not_json, json.encoder.encode_basestring, None, ":", ",", False, False, False
-)
+def _encoder(default: Callable[[Any], Any]) -> Callable[[Any], str]:
+    """``json.dumps(ensure_ascii=False, separators=(",", ":"), allow_nan=False)`` as one encoder built
+    once (``json.dumps`` with options builds one per call); no cycle markers, because normalized values
+    have no cycles and ``encode`` leaves the cycles of the rest to the walk."""
+    return json.JSONEncoder(
+        ensure_ascii=False, check_circular=False, allow_nan=False, separators=(",", ":"), default=default
+    ).encode
+
+
+_DUMPS: Final = _encoder(_not_json)
 
 
 def dumps(value: JsonValue) -> str:
     """The canonical JSON text of an already normalized value (compact, UTF-8, no NaN)."""
-    return "".join(_ENCODE(value, 0))
+    return _DUMPS(value)
 
 
 # The same encoder, handing what is not plain JSON data to ``normalize`` (datetimes, models...).
-_ENCODE_ANY: Final = json.encoder.c_make_encoder(  # type: ignore[attr-defined]  # as above
-    None, normalize, json.encoder.encode_basestring, None, ":", ",", False, False, False
-)
-_JSON_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"')
+_ENCODE_ANY: Final = _encoder(normalize)
 _BRACKET: Final = re.compile(r"[\[\]{}]")
 _NESTING: Final = {"[": 1, "{": 1, "]": -1, "}": -1}
 _SAFE_RECURSION: Final = 4000
-"""The C encoder finds a cycle by exhausting the recursion limit; above this (a raised limit) it
-could exhaust the C stack first, so such processes take the walk, which stops at ``MAX_DEPTH``."""
+"""The stdlib encoder (its C accelerator) finds a cycle by exhausting the recursion limit; above this
+(a raised limit) it could exhaust the C stack first, so such processes take the walk, which stops at
+``MAX_DEPTH``."""
 
 
 def encode(value: Any) -> str:
-    """``dumps(normalize(value))``, in one pass of the C encoder when ``value`` is plain JSON data
+    """``dumps(normalize(value))``, in one pass of the stdlib encoder when ``value`` is plain JSON data
     (the common case: dicts, lists, strings, numbers).
 
     The encoder hands anything else to ``normalize`` (datetimes, models...); what only the walk
@@ -260,7 +262,7 @@ def encode(value: Any) -> str:
     """
     if sys.getrecursionlimit() <= _SAFE_RECURSION:
         try:
-            text = "".join(_ENCODE_ANY(value, 0))
+            text = _ENCODE_ANY(value)
             if _LONG_NUMBER not in text.encode("utf-8").translate(_DIGITS_ONLY) and (
                 text.count("[") + text.count("{") < MAX_DEPTH or _shallow(text)
             ):
@@ -281,26 +283,31 @@ def encode_value(value: Any) -> tuple[str, JsonValue]:
 
 
 def _shallow(text: str) -> bool:
-    """Nesting below ``MAX_DEPTH``: no value sits where the walk would put ``"<max depth>"``."""
+    """Nesting below ``MAX_DEPTH``: no value sits where the walk would put ``"<max depth>"``.
+
+    Only brackets outside strings count. Once the escaped backslashes, then the escaped quotes, are
+    dropped, every quote left opens or closes a string, so what lies between strings is every other
+    piece of the text split on quotes (string methods: no scan of the strings in Python or a regex)."""
     if text.count("[") + text.count("{") < MAX_DEPTH:
         return True
-    brackets = _BRACKET.findall(_JSON_STRING.sub("", text))
+    outside = "".join(text.replace("\\\\", "").replace('\\"', "").split('"')[::2])
+    brackets = _BRACKET.findall(outside)
     return max(itertools.accumulate(map(_NESTING.__getitem__, brackets)), default=0) < MAX_DEPTH
 
 
-_SCAN: Final = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__, untyped
+_RAW_DECODE: Final = json.JSONDecoder().raw_decode
 
 
 def loads(text: str) -> Any:
     """Decode JSON text written by ``dumps``; every call returns a fresh, caller-owned value.
 
-    The canonical text has no whitespace to skip, so the C scanner is called directly, without
-    ``json.loads``' Python-level wrapper; anything unexpected goes through ``json.loads`` and its
-    usual errors."""
+    The canonical text has no whitespace to skip, so it is decoded with ``raw_decode``, without
+    ``json.loads``' whitespace and BOM checks; anything unexpected goes through ``json.loads`` and
+    its usual errors."""
     if text == "{}":
         return {}
     try:
-        value, end = _SCAN(text, 0)
-    except StopIteration:
+        value, end = _RAW_DECODE(text)
+    except json.JSONDecodeError:
         return json.loads(text)
     return value if end == len(text) else json.loads(text)

@@ -12,6 +12,8 @@ import copy
 import dataclasses
 import enum
 import hashlib
+import itertools
+import json
 import math
 import pickle
 import sys
@@ -27,6 +29,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from pydantic import BaseModel, field_serializer
 
+from run_journal import normalization
 from run_journal.catalog import Category, middleware_event_type, validate_event_type
 from run_journal.contract import validate_record
 from run_journal.envelope import (
@@ -514,6 +517,35 @@ def test_the_one_pass_encoder_leaves_depth_cycles_and_big_numbers_to_the_walk() 
     for value in values:
         assert encode(value) == dumps(normalize(value))
     assert "<max depth>" in encode(deep)
+
+
+_tricky_text = st.lists(
+    st.sampled_from(['"', "\\", "[", "]", "{", "}", "x", "\n", '\\"', "\\\\", "\u00e9"]), max_size=6
+).map("".join)
+
+
+def _nesting(value: Any) -> int:
+    if isinstance(value, dict | list):
+        return 1 + max(map(_nesting, value.values() if isinstance(value, dict) else value), default=0)
+    return 0
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    st.integers(MAX_DEPTH - 4, MAX_DEPTH + 1),
+    st.lists(st.tuples(st.booleans(), _tricky_text, _tricky_text), min_size=1, max_size=6),
+)
+def test_the_one_pass_encoder_counts_only_the_brackets_outside_strings(
+    depth: int, pattern: list[tuple[bool, str, str]]
+) -> None:
+    levels = list(itertools.islice(itertools.cycle(pattern), MAX_DEPTH + 1))
+    value: Any = "leaf"
+    for as_object, key, text in levels[:depth]:  # brackets, quotes and backslashes in keys and strings
+        value = {key: value, key + "]": text} if as_object else [text, value, [text + "{"]]
+    wide = [value, *([text] for _, _, text in levels)]  # more brackets than MAX_DEPTH, whatever the depth
+    text = json.dumps(wide, ensure_ascii=False, separators=(",", ":"))  # what the one pass writes
+    assert normalization._shallow(text) == (_nesting(wide) < MAX_DEPTH)
+    assert encode(wide) == dumps(normalize(wide))
 
 
 class _Labelled(int, enum.Enum):
