@@ -8,7 +8,8 @@ Rules, per Markdown file (blocks run in order, in one fresh directory per file):
   compared after masking timestamps, durations and generated ids and collapsing spaces;
 - ``<!-- excerpt: examples/NAME.py -->`` on the line before a block: its non-blank lines must appear,
   in order, among the example's lines (stripped), and the example is run by tests/test_examples.py;
-- ``<!-- not-run: reason -->`` on the line before a block: skipped, and listed in NOT_RUN below.
+- ``<!-- not-run: reason -->`` on the line before a block: skipped, and listed in NOT_RUN below;
+- a ``diagram`` block is a picture: neither run nor compared.
 """
 
 from __future__ import annotations
@@ -101,6 +102,8 @@ def test_every_block_is_run_checked_or_listed() -> None:
             if block.marker and block.marker[0] == "not-run":
                 assert block.marker[1], f"{where}: say why the block cannot run"
                 not_run.add((block.name, block.first_line))
+            elif block.language == "diagram":
+                assert block.marker is None, f"{where}: a diagram takes no marker"
             elif block.marker is None and block.language == "text":
                 runs = previous is not None and previous.language in {"python", "sh"} \
                     and previous.marker is None
@@ -128,7 +131,7 @@ def test_excerpts_match_their_example(path: Path) -> None:
 def test_runnable_blocks_run_and_print_what_the_docs_show(path: Path, tmp_path: Path) -> None:
     output: str | None = None
     for block in blocks(path):
-        if block.marker is not None:
+        if block.marker is not None or block.language == "diagram":
             output = None
             continue
         if block.language == "text":
