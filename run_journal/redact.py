@@ -1,19 +1,24 @@
-"""Default redaction: secrets in metadata and tool arguments never reach a store.
+"""Redaction: secrets never reach a store.
 
-The journal passes user-supplied metadata (LangGraph config metadata, tags are left alone) and every
-tool call's arguments through a ``redact`` hook before it builds an event. The default replaces the
-value of any key that names a credential, matched case-insensitively on word parts (camelCase
-included), so ``api_key``, ``apiKey``, ``X-Api-Key``, ``Authorization``, ``db_password``,
-``clientSecret`` and ``access_token`` are hidden while ``max_tokens`` or ``input_tokens`` (counts, not
-secrets) are kept.
+The journal runs one pass over the normalized content and metadata of every event it writes
+(:func:`redacted_text`), so no producer can skip it. The default redactor replaces the value of any
+key that names a credential, matched case-insensitively on word parts (camelCase included), so
+``api_key``, ``apiKey``, ``X-Api-Key``, ``Authorization``, ``db_password``, ``clientSecret`` and
+``access_token`` are hidden while ``max_tokens`` or ``input_tokens`` (counts, not secrets) are kept,
+at any depth. Tool arguments that travel as JSON text (``args`` of a streamed tool-call chunk,
+``arguments`` of an OpenAI function call, ``partial_json`` of an Anthropic delta) are parsed and
+redacted the same way; such text that is not JSON is replaced by its length.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
+
+from run_journal.normalization import encode, loads
 
 REDACTED: Final = "[redacted]"
 
@@ -21,9 +26,9 @@ Redactor = Callable[[Any], Any]
 """Takes a JSON-like value (mapping, list, scalar) and returns the value to persist."""
 
 _SECRET_KEY: Final = re.compile(
-    r"(^|_)(api_?key|apikey|authorization|auth|password|passwd|pwd|secret|token|"
-    r"access_?token|refresh_?token|private_?key|access_?key|secret_?key|credentials?|cookie|"
-    r"session_?id)($|_)"
+    r"(^|_)(api_?key|apikey|authorization|auth|password|passwd|pwd|secret|"
+    r"private_?key|access_?key|secret_?key|credentials?|cookie|session_?id)($|_)"
+    r"|(^|_)token$"  # a token is the last word: time_to_first_token_ms or token_usage are not secrets
 )
 _CAMEL_BOUNDARY: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -40,21 +45,54 @@ def _is_secret_name(key: str) -> bool:
     return bool(_SECRET_KEY.search(normalized))
 
 
-def redact_secrets(value: Any, _depth: int = 0) -> Any:
+JSON_TEXT_KEYS: Final = frozenset({"args", "arguments", "partial_json"})
+"""Keys whose string values are tool arguments encoded as JSON."""
+
+
+def redact_secrets(value: Any) -> Any:
     """A copy of ``value`` with the values of secret-named keys replaced by ``"[redacted]"``."""
-    if _depth > 32:
-        return value
     kind = type(value)
     if kind is str or kind is int or value is None:  # the common leaves, without the ABC check
         return value
     if kind is dict or isinstance(value, Mapping):
-        return {
-            key: REDACTED if is_secret_key(key) else redact_secrets(item, _depth + 1)
-            for key, item in value.items()
-        }
+        return {key: _redacted_item(key, item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [redact_secrets(item, _depth + 1) for item in value]
+        return [redact_secrets(item) for item in value]
     return value
+
+
+def _redacted_item(key: Any, item: Any) -> Any:
+    if is_secret_key(key):
+        return REDACTED
+    if type(item) is str and key in JSON_TEXT_KEYS and item:
+        return redact_json_text(item, redact_secrets)
+    return redact_secrets(item)
+
+
+def redact_json_text(text: str, redact: Redactor) -> str:
+    """JSON arguments given as text, redacted; text that is not JSON is kept only as its length."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return f"<{len(text)} characters of non-JSON arguments>"
+    return encode(redact(parsed))
+
+
+_SECRET_HINT: Final = re.compile(
+    r"api[\W_]?key|auth|passw|pwd|secret|token(?!s)|credential|cookie|session[\W_]?id|"
+    r"(?:private|access)[\W_]?key|args|arguments|partial_json",
+    re.IGNORECASE,
+)
+"""Every spelling :func:`is_secret_key` or the JSON-text keys could match shows one of these in
+the JSON text; a text without any needs no walk."""
+
+
+def redacted_text(text: str, redact: Redactor) -> str:
+    """The one redaction pass: the canonical JSON ``text`` of a payload, with ``redact`` applied to
+    its value. The default redactor only walks a text that could hold a secret-named key."""
+    if redact is no_redaction or (redact is redact_secrets and _SECRET_HINT.search(text) is None):
+        return text
+    return encode(redact(loads(text)))
 
 
 def no_redaction(value: Any) -> Any:

@@ -6,7 +6,6 @@ touches journal state, locks or stores, and everything is cheap enough for the c
 
 from __future__ import annotations
 
-import json
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -17,7 +16,7 @@ from langgraph.types import Command
 
 from run_journal.envelope import JsonObject, JsonValue, Normalized, normalize, sha256_hex
 from run_journal.normalization import encode, encode_value
-from run_journal.redact import Redactor
+from run_journal.redact import Redactor, redact_json_text, redacted_text
 
 LEAD_AGENT: Final = "lead_agent"
 ARGS_PREVIEW_LIMIT: Final = 2000
@@ -75,14 +74,16 @@ def is_resume(inputs: Any) -> bool:
     return isinstance(inputs, Command) and inputs.resume is not None
 
 
-def input_preview(inputs: Any) -> str:
+def input_preview(inputs: Any, redact: Redactor) -> str:
+    """The start of what the root call was given: the last message's text, or the redacted input."""
     if isinstance(inputs, Command):
-        return capped(f"Command(resume={inputs.resume!r})", INPUT_PREVIEW_LIMIT)[0]
+        resume = redacted_text(encode(inputs.resume), redact)
+        return capped(f"Command(resume={resume})", INPUT_PREVIEW_LIMIT)[0]
     messages = inputs.get("messages") if isinstance(inputs, Mapping) else None
     if isinstance(messages, list) and messages and isinstance(messages[-1], BaseMessage):
         return capped(message_text(messages[-1]), INPUT_PREVIEW_LIMIT)[0]  # cheap: no full dump
     try:
-        return capped(encode(inputs), INPUT_PREVIEW_LIMIT)[0]
+        return capped(redacted_text(encode(inputs), redact), INPUT_PREVIEW_LIMIT)[0]
     except Exception:  # noqa: BLE001 - a preview is best effort
         return ""
 
@@ -124,52 +125,19 @@ def message_text(message: BaseMessage) -> str:
 
 def message_payload(message: BaseMessage, redact: Redactor) -> Normalized:
     """The message in its compact dump: ``model_dump()`` without default-valued fields (empty
-    ``additional_kwargs``, ``None`` name...), ``type`` always kept, every tool call's arguments
-    redacted; normalized and encoded once (events that carry it write the text as is)."""
+    ``additional_kwargs``, ``None`` name...), ``type`` always kept; normalized, encoded and redacted
+    once (events that carry it write the text as is)."""
     try:
-        dumped = message.model_dump(exclude_defaults=True)
+        dumped: Any = message.model_dump(exclude_defaults=True)
+        dumped["type"] = message.type
     except Exception:  # noqa: BLE001 - a message that cannot dump itself is stored as normalize() sees it
-        return Normalized(normalize(message))
-    dumped["type"] = message.type
-    for key in ("tool_calls", "invalid_tool_calls"):
-        calls = dumped.get(key)
-        if isinstance(calls, list):
-            dumped[key] = [_redact_call(call, redact) for call in calls]
-    extra = dumped.get("additional_kwargs")
-    if isinstance(extra, dict) and isinstance(extra.get("tool_calls"), list):
-        calls = [_redact_raw_call(call, redact) for call in extra["tool_calls"]]
-        dumped["additional_kwargs"] = {**extra, "tool_calls": calls}
-    return Normalized.from_text(encode(dumped))
-
-
-def _redact_call(call: Any, redact: Redactor) -> Any:
-    if isinstance(call, dict) and "args" in call:
-        args = call["args"]
-        if isinstance(args, str):
-            return {**call, "args": redact_json_text(args, redact)}
-        return {**call, "args": redact(args)}
-    return call
-
-
-def _redact_raw_call(call: Any, redact: Redactor) -> Any:
-    function = call.get("function") if isinstance(call, dict) else None
-    arguments = function.get("arguments") if isinstance(function, dict) else None
-    if isinstance(call, dict) and isinstance(function, dict) and isinstance(arguments, str):
-        return {**call, "function": {**function, "arguments": redact_json_text(arguments, redact)}}
-    return call
-
-
-def redact_json_text(text: str, redact: Redactor) -> str:
-    """Redact JSON arguments given as text; text that is not JSON is kept only as its size."""
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return f"<{len(text)} characters of non-JSON arguments>"
-    return encode(redact(parsed))
+        dumped = message
+    return Normalized.from_text(redacted_text(encode(dumped), redact))
 
 
 def args_preview(args: Any, redact: Redactor) -> tuple[str, bool]:
-    text = redact_json_text(args, redact) if isinstance(args, str) else encode(redact(args))
+    """A tool call's arguments as redacted JSON text, capped."""
+    text = redact_json_text(args, redact) if isinstance(args, str) else redacted_text(encode(args), redact)
     return capped(text, ARGS_PREVIEW_LIMIT)
 
 

@@ -22,11 +22,18 @@ from typing import Any, Final
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
-from run_journal.catalog import EVENTS, LIFECYCLE_EVENTS, category_of, middleware_event_type
+from run_journal.catalog import (
+    EVENTS,
+    LIFECYCLE_EVENTS,
+    category_of,
+    middleware_event_type,
+    validate_event_type,
+)
 from run_journal.envelope import NewEvent, Normalized, new_event_id, sha256_hex, utc_now, validate_id
 from run_journal.journal import payloads as p
 from run_journal.journal.state import LlmCall, RunState, ToolRun
-from run_journal.redact import Redactor
+from run_journal.normalization import encode
+from run_journal.redact import Redactor, redacted_text
 from run_journal.runs import TERMINAL_STATUSES, RunRow, RunStatus
 from run_journal.stores.base import RunEventStore
 from run_journal.usage import Pricing, RunTally, cap_text, extract_usage, model_name_of, usage_from_mapping
@@ -261,7 +268,7 @@ class RunRecorder:
         event_type = middleware_event_type(tag)
         if not isinstance(changes, Mapping):
             raise ValueError("changes must be a mapping")
-        content = {"name": name, "hook": hook, "action": action, "changes": self.redact(dict(changes))}
+        content = {"name": name, "hook": hook, "action": action, "changes": dict(changes)}
         self.record(event_type, content, None, f"middleware:{name}")
 
     def record_memory_context(self, content: str | None, content_sha256: str | None) -> bool:
@@ -310,18 +317,24 @@ class RunRecorder:
     # -- transitions -------------------------------------------------------------------------------
     def _emit(self, event_type: str, content: Any, metadata: Mapping[str, Any],
               category: str | None = None, *, created_at: datetime | None = None) -> None:
-        if category is None:  # the journal's own event types: its ids were checked when they were set
-            event = NewEvent._checked_by_producer(
-                self.thread_id or "pending", self.run_id, event_type, EVENTS[event_type].category, content,
-                metadata, created_at or utc_now(), self.user_id,
-            )
+        """Every event goes out through here: its content and metadata normalized and redacted (one
+        pass over each; a message payload was redacted when it was built), then the envelope's caps.
+        """
+        if category is None:
+            category = EVENTS[event_type].category
         else:
-            event = NewEvent(
-                thread_id=self.thread_id or "pending", run_id=self.run_id, event_type=event_type,
-                category=category, content=content, metadata=metadata,
-                created_at=created_at or utc_now(), user_id=self.user_id,
-            )
+            validate_event_type(event_type, category)
+        if type(content) is not Normalized:
+            content = self._clean(content)
+        event = NewEvent._checked_by_producer(  # ids were checked when they were set
+            self.thread_id or "pending", self.run_id, event_type, category, content,
+            self._clean(metadata), created_at or utc_now(), self.user_id,
+        )
         (self._out if self.state.started else self._held).append(event)
+
+    def _clean(self, value: Any) -> Normalized:
+        """The one redaction pass over a payload's canonical JSON."""
+        return Normalized.from_text(redacted_text(encode(value), self.redact))
 
     def _message_payload(self, message: BaseMessage) -> Normalized:
         """A message's redacted, normalized payload, computed once per message id per run."""
@@ -356,10 +369,10 @@ class RunRecorder:
         self.changed = True
         resuming = p.is_resume(inputs)
         user_meta = {k: v for k, v in (metadata or {}).items() if k not in p.LANGGRAPH_KEYS}
-        content = {"run_name": name, "input_preview": p.input_preview(inputs),
+        content = {"run_name": name, "input_preview": p.input_preview(inputs, self.redact),
                    "resumed_from": self.resumed_from}
-        meta = {"caller": state.caller, "langgraph": p.bounded(self.redact(identity)),
-                "tags": list(tags or []), "run_metadata": p.bounded(self.redact(user_meta)),
+        meta = {"caller": state.caller, "langgraph": p.bounded(identity),
+                "tags": list(tags or []), "run_metadata": p.bounded(user_meta),
                 "resumed_from": self.resumed_from}
         self._emit("run.start", content, meta, created_at=state.started_at)
         if resuming and self.resumed_from is None:
