@@ -79,7 +79,9 @@ def model_reply(planted: Any) -> AIMessageChunk:
         content=[{"type": "text", "text": "calling"},
                  {"type": "tool_use", "id": "c1", "name": "lookup", "input": args},
                  {"type": "tool_call", "id": "c2", "name": "lookup", "args": args}],
-        tool_call_chunks=[{"name": "lookup", "args": text, "id": "c3", "index": 0, "type": "tool_call_chunk"}],
+        tool_call_chunks=[
+            {"name": "lookup", "args": text, "id": "c3", "index": 0, "type": "tool_call_chunk"},
+        ],
         additional_kwargs={"function_call": {"name": "lookup", "arguments": text}, "extra": planted},
         id=f"ai-{uuid.uuid4().hex}",
     )
