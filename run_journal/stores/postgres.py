@@ -25,6 +25,7 @@ from typing import Any, Final, Literal, TypeVar
 
 from sqlalchemy import Connection, TextClause, func, select, text
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.schema import CreateSchema
 
@@ -80,6 +81,7 @@ class PostgresRunEventStore(SqlRunEventStore):
     """
 
     dialect = "postgresql"
+    duplicate = (IntegrityError,)
     follow_fallback_interval: float = 5.0
 
     def __init__(

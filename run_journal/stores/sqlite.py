@@ -2,9 +2,9 @@
 
 The store keeps two ``sqlite3`` connections, a writer and a reader, each owned by a thread of its
 own that opens, uses and closes it (as aiosqlite does). Every unit of work (``sql.SqlWork``) is one
-hand-off to that thread: a write is ``BEGIN IMMEDIATE``, the counter bump, the id lookup, one
-``executemany`` and ``COMMIT`` in a single trip, so the event loop waits once per batch, never per
-statement (a thread hand-off costs ~0.15 ms on a busy machine; through aiosqlite's per-statement
+hand-off to that thread: a write is ``BEGIN IMMEDIATE``, the counter bump, one ``executemany`` and
+``COMMIT`` in a single trip (redone with an event_id lookup if an id was stored already), so the
+event loop waits once per batch, never per statement (a thread hand-off costs ~0.15 ms on a busy machine; through aiosqlite's per-statement
 API a write would pay it four times). Only public ``sqlite3`` and ``asyncio`` API is used.
 
 ``BEGIN IMMEDIATE`` takes the database write lock before the counter is read, so two writers never
@@ -189,6 +189,7 @@ class SqliteRunEventStore(SqlRunEventStore):
     """
 
     dialect = "sqlite"
+    duplicate = (sqlite3.IntegrityError,)
 
     def __init__(
         self,
