@@ -532,14 +532,16 @@ class EventWriter:
             self._counts["row_writes"] += 1
 
     async def _call(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """One store call under the retry policy, each attempt under the deadline."""
+        """One store call under the retry policy, each attempt under the deadline. A refusal
+        (``ValueError``: a run row of another thread, a run id already used) is not retried."""
         for attempt in itertools.count():
             try:
                 return await self._deadline(operation())
             except Exception as error:
                 if not self._current():
                     raise asyncio.CancelledError from error  # abandoned: it reports nothing
-                if attempt + 1 >= self.retry.attempts:
+                if attempt + 1 >= self.retry.attempts or isinstance(error, ValueError):
+                    # a ValueError is the store refusing what it was given: asking again cannot help
                     self._fail(error, attempts=attempt + 1)
                     raise _Exhausted from error
                 with self._lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langgraph.types import Command
@@ -121,3 +122,10 @@ def test_a_resume_without_its_origin_leaves_the_lookup_to_the_writer() -> None:
     assert isinstance(start, ResumeStart)
     assert start.known_event.event_type == "run.start"
     assert rec.resume is start
+
+
+def test_producers_refuse_the_legacy_alias_and_name_the_canonical_event() -> None:
+    rec = recorder()
+    with pytest.raises(ValueError, match=r"legacy.*'llm\.ai\.response'"):
+        rec.record("ai_message", "hello", None, "lead_agent")
+    assert rec.held == []

@@ -24,6 +24,7 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 
 from run_journal.catalog import (
     EVENTS,
+    LEGACY_ALIASES,
     LIFECYCLE_EVENTS,
     category_of,
     middleware_event_type,
@@ -257,6 +258,9 @@ class RunRecorder:
         """Any catalog event but the lifecycle ones, validated now (``ValueError``)."""
         if event_type in LIFECYCLE_EVENTS:
             raise ValueError(f"{event_type!r} is written by the journal's callbacks, not record()")
+        if event_type in LEGACY_ALIASES:
+            raise ValueError(f"{event_type!r} is a read-only legacy name that old rows may carry; "
+                             f"producers write {LEGACY_ALIASES[event_type]!r}")
         try:
             category = category_of(event_type)
         except KeyError:
