@@ -11,8 +11,8 @@ bumps the thread's row in ``run_journal_threads`` (an upsert that returns the ne
 only then reads and inserts. On PostgreSQL the upsert holds that row's lock until commit, so writers
 of one thread queue while writers of other threads do not (a batch takes its threads in sorted order,
 so two writers never wait on each other crosswise); on SQLite ``BEGIN IMMEDIATE`` takes the database
-write lock before anything is read. The counter is never decremented below what was written or
-deleted, so a deleted range is never reused (``delete_by_thread`` and ``delete_by_run`` leave it).
+write lock before anything is read. The counter holds the highest seq ever assigned and deletes
+leave it alone, so a deleted range is never reused.
 """
 
 from __future__ import annotations
