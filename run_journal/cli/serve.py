@@ -1,0 +1,95 @@
+"""``run-journal URL serve``: the read-only HTTP API and the run viewer on one store (needs the
+``serve`` extra: FastAPI, uvicorn, sse-starlette).
+
+Listens on 127.0.0.1 by default. ``--token`` (or ``$RUN_JOURNAL_TOKEN``) makes every API request
+carry ``Authorization: Bearer <token>``; the viewer asks for it once per browser tab. Listening on
+another address without a token prints a warning: anyone who reaches the port reads every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import socket
+import sys
+from typing import Any, Final, TextIO
+from urllib.parse import urlsplit, urlunsplit
+
+from run_journal.cli.common import CliError, emit
+from run_journal.stores.base import RunEventStore
+
+__all__ = ["add_serve_command", "cmd_serve"]
+
+TOKEN_VARIABLE: Final = "RUN_JOURNAL_TOKEN"
+
+
+def add_serve_command(sub: Any) -> None:
+    """Register ``serve`` on the command's subparsers."""
+    text = "serve the read-only HTTP API and the run viewer (pip install 'run-journal[serve]')"
+    serve = sub.add_parser("serve", help=text, description=text)
+    serve.set_defaults(handler=cmd_serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
+    serve.add_argument("--token", help=f"require this bearer token (default: ${TOKEN_VARIABLE})")
+    serve.add_argument("--user-header", metavar="NAME",
+                       help="scope every request to the user named in this header (only behind "
+                            "your own authentication, which sets it)")
+    serve.add_argument("--access-log", action="store_true", help="log every request")
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as error:
+        raise CliError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
+    return sock
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _shown(url: str) -> str:
+    """The store URL without a password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}:***@" if parts.username else ""
+    return urlunsplit(parts._replace(netloc=user + netloc))
+
+
+async def cmd_serve(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        import uvicorn
+
+        from run_journal.http import create_app
+    except ImportError as error:
+        raise CliError("serve needs the serve extra: pip install 'run-journal[serve]'", 2) from error
+    token = args.token if args.token is not None else os.environ.get(TOKEN_VARIABLE) or None
+    if token is not None and not token.strip():
+        raise CliError("--token must not be empty", 2)
+    app = create_app(store, token=token, user_header=args.user_header)
+    sock = _listen(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    shown_host = f"[{host}]" if ":" in host else host
+    if not _is_loopback(args.host) and token is None:
+        print(f"run-journal: warning: listening on {args.host} without --token: anyone who can reach "
+              "this port can read every run", file=sys.stderr)
+    emit(out, f"run-journal: serving {_shown(args.url)} at http://{shown_host}:{port}/ "
+              f"({'token required' if token else 'no token'}); Ctrl-C stops")
+    out.flush()
+    config = uvicorn.Config(app, log_level="info" if args.access_log else "warning",
+                            access_log=args.access_log, lifespan="on", timeout_graceful_shutdown=3)
+    await uvicorn.Server(config).serve(sockets=[sock])
+    return 0

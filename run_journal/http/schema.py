@@ -1,0 +1,149 @@
+"""Response shapes for the OpenAPI schema (documentation: the endpoints return these as plain JSON).
+
+The records are the library's own JSON forms: ``RunEvent.to_dict()``, ``RunRow.to_dict()``,
+``UsageSummary.to_dict()`` and the ``latest_workspace_changes`` payload. Unknown fields may be added;
+clients ignore what they do not know.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Event(BaseModel):
+    """One stored event (``RunEvent.to_dict()``)."""
+
+    thread_id: str
+    run_id: str
+    seq: int = Field(description="Position in the thread: from 1, dense, assigned by the store.")
+    event_type: str
+    category: str
+    content: Any
+    metadata: dict[str, Any]
+    created_at: str = Field(description="ISO 8601, UTC.")
+    event_id: str
+    user_id: str | None
+
+
+class Usage(BaseModel):
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    cache_read_tokens: int
+    cache_creation_tokens: int
+    reasoning_tokens: int
+    llm_calls: int
+    cost_usd: float | None
+
+
+class Run(BaseModel):
+    """A run row (``RunRow.to_dict()``) plus ``duration_ms``."""
+
+    run_id: str
+    thread_id: str
+    user_id: str | None
+    status: str
+    started_at: str | None
+    ended_at: str | None
+    updated_at: str | None
+    resumed_from: str | None
+    error: str | None
+    usage: Usage
+    usage_by_caller: dict[str, Usage]
+    usage_by_model: dict[str, Usage]
+    tool_call_count: int
+    tool_error_count: int
+    message_count: int
+    first_human_message: str | None
+    last_ai_message: str | None
+    metadata: dict[str, Any]
+    duration_ms: int | None
+
+
+class RunDetail(Run):
+    row: bool = Field(description="False for a run with events but no run row: its status is "
+                                  "folded from its lifecycle events and its totals are zero.")
+
+
+class LatestRun(BaseModel):
+    run_id: str
+    status: str
+    started_at: str | None
+    ended_at: str | None
+    duration_ms: int | None
+    first_human_message: str | None
+    total_tokens: int
+    cost_usd: float | None
+
+
+class Thread(BaseModel):
+    thread_id: str
+    last_seq: int = Field(description="The highest seq assigned in the thread (its event count "
+                                      "unless runs were deleted).")
+    run_count: int
+    latest_run: LatestRun | None
+
+
+class ThreadPage(BaseModel):
+    data: list[Thread]
+    has_more: bool
+    next_after: str | None = Field(description="Pass as ``after`` for the next page.")
+
+
+class RunPage(BaseModel):
+    data: list[Run]
+    total: int
+    has_more: bool
+    next_offset: int | None
+
+
+class HistoryPage(BaseModel):
+    data: list[Event]
+    has_more: bool
+    next_before_seq: int | None = Field(description="Pass as ``before_seq`` for the older page.")
+
+
+class EventPage(BaseModel):
+    data: list[Event]
+    has_more: bool
+    next_after_seq: int | None = Field(description="Pass as ``after_seq`` for the next page.")
+
+
+class MessagePage(BaseModel):
+    data: list[Event]
+    has_more: bool
+    next_before_seq: int | None
+    next_after_seq: int | None
+
+
+class UsageRun(BaseModel):
+    run_id: str
+    thread_id: str
+    status: str
+    usage: Usage
+
+
+class UsageSummary(BaseModel):
+    runs: list[UsageRun]
+    by_model: dict[str, Usage]
+    by_caller: dict[str, Usage]
+    total: Usage
+
+
+class WorkspaceReview(BaseModel):
+    available: bool
+    thread_id: str
+    run_id: str
+    seq: int | None
+    created_at: str | None
+    summary_text: str | None
+    workspace_changes: dict[str, Any] | None = Field(
+        description="The event's ``metadata.workspace_changes``: version, summary and files (path, "
+                    "status, additions, deletions, diff, sensitive, binary, truncated, ...).")
+
+
+class Error(BaseModel):
+    error: str = Field(description="bad_request, unauthorized, not_found, unavailable or internal.")
+    detail: str

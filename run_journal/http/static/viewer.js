@@ -1,0 +1,538 @@
+/* run-journal viewer: plain JavaScript over the read-only API, no build step, no dependency.
+ *
+ * Routes (in the URL fragment): #/ threads, #/t/THREAD a thread, #/t/THREAD/r/RUN a run.
+ * Every text from the store goes into the page with textContent, never as HTML.
+ */
+"use strict";
+(() => {
+  const PAGE = 200;          // timeline events per page
+  const THREADS = 50;        // threads per page
+  const STEPS = 50;          // subagent steps per card page
+  const TERMINAL = new Set(["run.end", "run.error", "run.interrupt", "run.cancel"]);
+  const main = document.getElementById("main");
+  const crumbs = document.getElementById("crumbs");
+  let view = 0;              // bumps on every navigation: late answers of an old view are dropped
+  let stopLive = null;       // aborts the live follow of the run on screen
+
+  // -- DOM and formatting helpers -----------------------------------------------------------------
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "class") el.className = value;
+      else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+      else el.setAttribute(key, value === true ? "" : value);
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      el.append(child instanceof Node ? child : String(child));
+    }
+    return el;
+  }
+  function fill(el, ...children) {   // replaceChildren, leaving out null / false (conditional parts)
+    el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+  }
+  const enc = encodeURIComponent;
+  const num = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
+  const cost = (c) => (c === null || c === undefined ? "–" : "$" + Number(c).toFixed(4));
+  const clock = (iso) => (iso ? iso.slice(11, 23) : "");
+  const when = (iso) => (iso ? iso.slice(0, 16).replace("T", " ") : "–");
+  function took(ms) {
+    if (ms === null || ms === undefined) return "–";
+    if (ms < 1000) return ms + " ms";
+    if (ms < 60000) return (ms / 1000).toFixed(2) + " s";
+    return Math.floor(ms / 60000) + " min " + Math.round((ms % 60000) / 1000) + " s";
+  }
+  function oneLine(text, width = 240) {
+    const flat = String(text ?? "").replace(/\s+/g, " ").trim();
+    return flat.length > width ? flat.slice(0, width - 1) + "…" : flat;
+  }
+  const field = (obj, key, dflt = "") => (obj && typeof obj === "object" && key in obj ? obj[key] : dflt);
+  const pill = (text, cls) => h("span", { class: "pill " + (cls || "st-" + text) }, text);
+
+  // -- the API ----------------------------------------------------------------------------------
+  class HttpError extends Error {
+    constructor(status, body) { super(body && body.detail ? body.detail : "HTTP " + status); this.status = status; }
+  }
+  function headers(extra) {
+    const token = sessionStorage.getItem("run-journal-token");
+    return Object.assign(token ? { Authorization: "Bearer " + token } : {}, extra || {});
+  }
+  async function api(path, params) {
+    const query = new URLSearchParams();
+    for (const [key, value] of Object.entries(params || {})) {
+      if (value === null || value === undefined) continue;
+      for (const item of Array.isArray(value) ? value : [value]) query.append(key, String(item));
+    }
+    const text = query.toString();
+    const response = await fetch("api/" + path + (text ? "?" + text : ""), { headers: headers() });
+    let body = null;
+    try { body = await response.json(); } catch (_) { body = null; }
+    if (!response.ok) throw new HttpError(response.status, body);
+    return body;
+  }
+
+  // -- routing ----------------------------------------------------------------------------------
+  function route() {
+    const [path, query] = location.hash.replace(/^#/, "").split("?");
+    const parts = (path || "/").split("/").filter(Boolean).map(decodeURIComponent);
+    return { parts, query: new URLSearchParams(query || "") };
+  }
+  function setCrumbs(items) {
+    fill(crumbs);
+    items.forEach(([text, href], i) => {
+      if (i) crumbs.append(h("span", { class: "sep" }, "/"));
+      crumbs.append(href ? h("a", { href }, text) : h("span", {}, text));
+    });
+  }
+  async function render() {
+    const token = ++view;
+    if (stopLive) { stopLive(); stopLive = null; }
+    const { parts, query } = route();
+    try {
+      if (parts[0] === "t" && parts.length === 2) await threadView(parts[1], token);
+      else if (parts[0] === "t" && parts[2] === "r" && parts.length === 4) {
+        await runView(parts[1], parts[3], Number(query.get("after") || 0), token);
+      } else await threadsView(query.get("after"), token);
+    } catch (error) {
+      if (token === view) showError(error);
+    }
+  }
+  function showError(error) {
+    if (error instanceof HttpError && error.status === 401) {
+      const input = h("input", { type: "password", placeholder: "token", "aria-label": "token" });
+      const form = h("form", { class: "token", onsubmit: (event) => {
+        event.preventDefault();
+        sessionStorage.setItem("run-journal-token", input.value);
+        render();
+      } }, input, h("button", { type: "submit" }, "Open"));
+      fill(main, h("div", { class: "panel" }, h("h2", {}, "This journal asks for a token"),
+        h("p", { class: "muted" }, "Paste the token the server was started with (--token). It is kept for this tab only."),
+        form));
+      return;
+    }
+    fill(main, h("div", { class: "error-box" }, h("b", {}, "Could not load: "), String(error.message || error)));
+  }
+
+  // -- threads --------------------------------------------------------------------------------------
+  async function threadsView(after, token) {
+    setCrumbs([["threads", null]]);
+    const page = await api("threads", { limit: THREADS, after });
+    if (token !== view) return;
+    const rows = page.data.map((t) => {
+      const last = t.latest_run;
+      return h("tr", {},
+        h("td", { class: "mono" }, h("a", { href: "#/t/" + enc(t.thread_id) }, t.thread_id)),
+        h("td", { class: "num" }, num(t.last_seq)),
+        h("td", { class: "num" }, num(t.run_count)),
+        h("td", {}, last ? pill(last.status) : "–"),
+        h("td", {}, last ? when(last.started_at) : "–"),
+        h("td", { class: "num" }, last ? took(last.duration_ms) : "–"),
+        h("td", { class: "num" }, last ? num(last.total_tokens) : "–"),
+        h("td", { class: "num" }, last ? cost(last.cost_usd) : "–"),
+        h("td", { class: "clip" }, last ? oneLine(last.first_human_message, 80) : ""));
+    });
+    const pager = h("div", { class: "pager" },
+      after ? h("a", { class: "button", href: "#/" }, "« First page") : null,
+      page.has_more ? h("a", { class: "button", href: "#/?after=" + enc(page.next_after) }, "Next page ›") : null,
+      h("span", { class: "muted" }, page.data.length + " thread(s)" + (after ? " after " + after : "")));
+    fill(main,
+      h("h1", {}, "Threads"),
+      h("div", { class: "panel" }, page.data.length ? h("table", { id: "threads" },
+        h("thead", {}, h("tr", {}, ["thread", "events", "runs", "latest run", "started (UTC)", "took",
+          "tokens", "cost", "first message"].map((name, i) =>
+          h("th", { class: i && i < 3 || i === 5 || i === 6 || i === 7 ? "num" : null }, name)))),
+        h("tbody", {}, rows)) : h("p", { class: "muted" }, "No threads in this store yet."), pager));
+  }
+
+  // -- a thread -------------------------------------------------------------------------------------
+  async function threadView(threadId, token) {
+    setCrumbs([["threads", "#/"], [threadId, null]]);
+    const [runs, usage, history] = await Promise.all([
+      api("threads/" + enc(threadId) + "/runs", { limit: 1000 }),
+      api("threads/" + enc(threadId) + "/token-usage"),
+      api("threads/" + enc(threadId) + "/messages/page", { limit: 20 }),
+    ]);
+    if (token !== view) return;
+    const rows = runs.data.map((r) => h("tr", {},
+      h("td", { class: "mono" }, h("a", { href: "#/t/" + enc(threadId) + "/r/" + enc(r.run_id) }, r.run_id)),
+      h("td", {}, pill(r.status)),
+      h("td", {}, when(r.started_at)),
+      h("td", { class: "num" }, took(r.duration_ms)),
+      h("td", { class: "num" }, num(r.usage.llm_calls)),
+      h("td", { class: "num" }, num(r.usage.total_tokens)),
+      h("td", { class: "num" }, cost(r.usage.cost_usd)),
+      h("td", { class: "clip" }, oneLine(r.first_human_message || "", 80))));
+    const chat = h("div", { class: "chat", id: "conversation" });
+    const more = h("button", { type: "button" }, "Load older messages");
+    let before = history.next_before_seq;
+    more.disabled = !history.has_more;
+    more.addEventListener("click", async () => {
+      const older = await api("threads/" + enc(threadId) + "/messages/page", { limit: 20, before_seq: before });
+      chat.prepend(...older.data.map(chatMessage));
+      before = older.next_before_seq;
+      more.disabled = !older.has_more;
+    });
+    chat.append(...history.data.map(chatMessage));
+    fill(main,
+      h("h1", {}, "Thread ", h("span", { class: "mono" }, threadId)),
+      h("div", { class: "panel" }, h("h2", {}, "Runs"), h("table", { id: "runs" },
+        h("thead", {}, h("tr", {}, ["run", "status", "started (UTC)", "took", "model calls", "tokens", "cost",
+          "first message"].map((name, i) => h("th", { class: i >= 3 && i <= 6 ? "num" : null }, name)))),
+        h("tbody", {}, rows))),
+      h("div", { class: "grid2" },
+        h("div", { class: "panel" }, h("h2", {}, "Token usage of the thread"), usageChart(usage)),
+        h("div", { class: "panel" }, h("h2", {}, "Conversation"), more, chat)));
+  }
+  function chatMessage(event) {
+    const content = event.content;
+    const kind = field(content, "type", event.event_type === "llm.human.input" ? "human" : "ai");
+    let text = messageText(content);
+    if (event.event_type === "llm.tool.result") text = (field(content, "name") || "tool") + " → " + text;
+    const calls = field(content, "tool_calls", []) || [];
+    if (calls.length) text += (text ? "\n" : "") + "[calls " + calls.map((c) => c.name).join(", ") + "]";
+    return h("div", { class: "msg " + kind, "data-seq": event.seq },
+      h("small", {}, "#" + event.seq + " " + event.event_type), text || "(empty)");
+  }
+  function messageText(content) {
+    if (content && typeof content === "object" && !Array.isArray(content)) content = content.content;
+    if (typeof content === "string") return content;
+    if (Array.isArray(content)) {
+      return content.map((b) => (typeof b === "string" ? b : b && b.type === "text" ? b.text : "")).filter(Boolean).join(" ");
+    }
+    return content === null || content === undefined ? "" : JSON.stringify(content);
+  }
+
+  // -- usage chart ----------------------------------------------------------------------------------
+  function usageChart(usage) {
+    const sections = [["by model", usage.by_model], ["by caller", usage.by_caller]];
+    const all = sections.flatMap(([, buckets]) => Object.values(buckets || {}));
+    const top = Math.max(1, ...all.map((u) => u.total_tokens || u.input_tokens + u.output_tokens));
+    const box = h("div", { class: "chart usage-chart" });
+    for (const [title, buckets] of sections) {
+      const names = Object.keys(buckets || {});
+      box.append(h("div", { class: "muted" }, title));
+      if (!names.length) box.append(h("div", { class: "muted" }, "no model calls"));
+      for (const name of names) {
+        const u = buckets[name];
+        const bar = h("div", { class: "bar", title: num(u.input_tokens) + " in, " + num(u.output_tokens) + " out" },
+          h("div", { class: "in" }), h("div", { class: "out" }));
+        bar.children[0].style.width = (100 * u.input_tokens / top).toFixed(2) + "%";
+        bar.children[1].style.width = (100 * u.output_tokens / top).toFixed(2) + "%";
+        box.append(h("div", { class: "bar-row", "data-name": name },
+          h("span", { class: "label mono", title: name }, name), bar,
+          h("span", { class: "value" }, num(u.total_tokens) + " tok · " + cost(u.cost_usd) + " · " + u.llm_calls + " call(s)")));
+      }
+    }
+    box.append(h("div", { class: "legend" }, h("span", {}, h("i", { class: "in" }), "input tokens"),
+      h("span", {}, h("i", { class: "out" }), "output tokens")));
+    return box;
+  }
+
+  // -- a run ----------------------------------------------------------------------------------------
+  async function runView(threadId, runId, after, token) {
+    const base = "threads/" + enc(threadId) + "/runs/" + enc(runId);
+    setCrumbs([["threads", "#/"], [threadId, "#/t/" + enc(threadId)], [runId, null]]);
+    const [run, page, review] = await Promise.all([
+      api(base), api(base + "/events", { limit: PAGE, after_seq: after }), api(base + "/workspace-changes"),
+    ]);
+    if (token !== view) return;
+    const state = { threadId, runId, base, after, page, run, token };
+    const status = h("span", { id: "run-status" }, pill(run.status));
+    const live = h("span", { id: "live" });
+    const stats = h("div", { class: "panel", id: "run-stats" });
+    const timeline = h("div", { class: "timeline", id: "timeline" });
+    const pager = h("div", { class: "pager", id: "pager" });
+    state.nodes = { status, live, stats, timeline, pager };
+    const chartPanel = h("div", { class: "panel", id: "usage" }, h("h2", {}, "Token usage"), usageChart({
+      by_model: run.usage_by_model, by_caller: run.usage_by_caller }));
+    fill(main,
+      h("h1", {}, "Run ", h("span", { class: "mono" }, runId), status, live),
+      stats,
+      h("div", { class: "grid2" }, chartPanel, workspacePanel(review)),
+      h("div", { class: "panel" }, h("h2", {}, "Timeline"), pager, timeline));
+    fillStats(state);
+    drawTimeline(state);
+    if (run.status === "running" || run.status === "pending") followRun(state);
+  }
+  function fillStats(state) {
+    const r = state.run;
+    const stat = (value, label) => h("div", { class: "stat" }, h("b", {}, value), h("span", {}, label));
+    fill(state.nodes.stats, h("div", { class: "stats" },
+      stat(when(r.started_at), "started (UTC)"), stat(took(r.duration_ms), "duration"),
+      stat(num(r.usage.llm_calls), "model calls"),
+      stat(num(r.usage.input_tokens) + " / " + num(r.usage.output_tokens), "tokens in / out"),
+      stat(cost(r.usage.cost_usd), "cost"),
+      stat(num(r.tool_call_count) + (r.tool_error_count ? " (" + r.tool_error_count + " failed)" : ""), "tool calls"),
+      stat(num(r.message_count), "messages"),
+      r.resumed_from ? stat(h("a", { href: "#/t/" + enc(state.threadId) + "/r/" + enc(r.resumed_from) },
+        r.resumed_from.slice(0, 12)), "resumes") : null),
+      r.error ? h("p", { class: "error-box" }, r.error) : null);
+    fill(state.nodes.status, pill(r.status));
+  }
+  function drawTimeline(state) {
+    const { page, after, nodes } = state;
+    const events = page.data;
+    const outcomes = new Map();
+    for (const e of events) if (e.event_type === "tool.outcome") outcomes.set(field(e.content, "tool_call_id"), e);
+    const paired = new Set();
+    const cards = new Set();
+    const rows = [];
+    for (const e of events) {
+      const task = field(e.metadata, "task_id", null);
+      if (task !== null && e.category === "subagent") {
+        if (!cards.has(task)) { cards.add(task); rows.push(taskCard(state, task, e)); }
+        continue;
+      }
+      if (e.event_type === "tool.call") {
+        const outcome = outcomes.get(field(e.content, "tool_call_id"));
+        if (outcome) paired.add(outcome.seq);
+        rows.push(eventRow(e, outcome));
+      } else if (!(e.event_type === "tool.outcome" && paired.has(e.seq))) {
+        rows.push(eventRow(e, null));
+      }
+    }
+    fill(nodes.timeline, ...rows);
+    if (!events.length) nodes.timeline.append(h("p", { class: "muted" }, "No events on this page."));
+    const first = events.length ? events[0].seq : after;
+    const last = events.length ? events[events.length - 1].seq : after;
+    const link = (cursor) => "#/t/" + enc(state.threadId) + "/r/" + enc(state.runId) + (cursor ? "?after=" + cursor : "");
+    fill(nodes.pager,
+      after ? h("a", { class: "button", href: link(0) }, "« First") : null,
+      h("span", { class: "muted", id: "page-range" }, events.length + " event(s), seq " + first + "–" + last),
+      page.has_more ? h("a", { class: "button", id: "next-page", href: link(page.next_after_seq) }, "Next " + PAGE + " ›") : null);
+  }
+  function eventRow(e, outcome) {
+    const caller = field(e.metadata, "caller", "");
+    const classes = ["ev", "cat-" + e.category];
+    if (caller.startsWith("subagent:")) classes.push("sub");
+    if (TERMINAL.has(e.event_type)) classes.push("terminal");
+    const text = h("span", { class: "text" }, summary(e));
+    if (outcome) {
+      const ok = field(outcome.content, "outcome") === "success";
+      const bits = [field(outcome.content, "outcome")];
+      const ms = field(outcome.content, "duration_ms", null);
+      if (ms !== null) bits.push(ms + " ms");
+      const size = field(outcome.content, "result_size", null);
+      if (size !== null) bits.push(size + " B");
+      if (field(outcome.content, "error")) bits.push(field(outcome.content, "error"));
+      text.append(h("span", { class: "outcome " + (ok ? "ok" : "bad"), title: "tool.outcome #" + outcome.seq },
+        (ok ? "✓ " : "✗ ") + bits.join(" · ")));
+    }
+    const row = h("div", { class: classes.join(" "), "data-seq": e.seq, "data-type": e.event_type,
+      role: "button", tabindex: "0", title: "seq " + e.seq + " · click for the whole record" },
+      h("span", { class: "time" }, clock(e.created_at)),
+      h("span", { class: "seq" }, e.seq),
+      h("span", { class: "type" }, e.event_type),
+      h("span", { class: "caller" }, caller),
+      text,
+      h("span", { class: "usage" }, usageCell(e)));
+    const toggle = () => {
+      const next = row.nextElementSibling;
+      if (next && next.classList.contains("detail")) { next.remove(); row.classList.remove("open"); return; }
+      row.classList.add("open");
+      const record = outcome ? { event: e, outcome } : e;
+      row.after(h("pre", { class: "detail" }, JSON.stringify(record, null, 2)));
+    };
+    row.addEventListener("click", toggle);
+    row.addEventListener("keydown", (ev) => { if (ev.key === "Enter") toggle(); });
+    return row;
+  }
+  function usageCell(e) {
+    const usage = field(e.metadata, "usage", null);
+    if (!usage || typeof usage !== "object") return "";
+    const parts = [num(usage.input_tokens || 0) + "+" + num(usage.output_tokens || 0) + " tok"];
+    const c = field(e.metadata, "cost_usd", null);
+    if (c !== null) parts.push(cost(c));
+    const model = field(e.metadata, "model_name", "");
+    if (model) parts.push(model);
+    return parts.join(" · ");
+  }
+  function summary(e) {
+    const c = e.content, m = e.metadata || {};
+    const name = e.event_type === "ai_message" ? "llm.ai.response" : e.event_type;
+    const dur = typeof m.duration_ms === "number" ? " in " + (m.duration_ms / 1000).toFixed(2) + "s" : "";
+    switch (name) {
+      case "run.start": {
+        const resumed = field(c, "resumed_from", null) || m.resumed_from;
+        return field(c, "run_name", "run") + (resumed ? " (resumes " + resumed + ")" : "");
+      }
+      case "run.end": return "success" + dur;
+      case "run.error": case "llm.error":
+        return field(c, "error_type", "Error") + ": " + oneLine(field(c, "message")) + dur;
+      case "run.interrupt": {
+        const values = (field(c, "interrupts", []) || []).map((i) => oneLine(JSON.stringify(field(i, "value", i)), 80));
+        return "waiting for a human: " + (values.join(", ") || "interrupt") + dur;
+      }
+      case "run.cancel": return "cancelled: " + field(c, "reason") + (m.reconciled ? " (reconciled)" : "");
+      case "llm.human.input": return oneLine(messageText(c));
+      case "llm.ai.response": {
+        const calls = (field(c, "tool_calls", []) || []).map((t) => t.name);
+        const text = oneLine(messageText(c));
+        return (text + (calls.length ? " [calls " + calls.join(", ") + "]" : "")).trim() || "(empty)";
+      }
+      case "llm.tool.result": {
+        const status = m.status || field(c, "status");
+        return (m.tool_name || field(c, "name") || "tool") + " → " + (status ? status + ": " : "") + oneLine(messageText(c));
+      }
+      case "tool.call": return field(c, "tool_name") + "(" + oneLine(field(c, "args_preview"), 160) + ")";
+      case "tool.outcome": {
+        const bits = [field(c, "tool_name") + " " + field(c, "outcome", "?")];
+        if (typeof field(c, "result_size", null) === "number") bits.push(c.result_size + " bytes");
+        if (field(c, "error")) bits.push("error: " + c.error);
+        return bits.join(", ");
+      }
+      case "context:memory": return "memory sha256 " + String(field(c, "content_sha256")).slice(0, 16) + "…";
+      case "workspace_changes": return typeof c === "string" ? c : "workspace changes";
+      default:
+        if (name.startsWith("middleware:")) {
+          return field(c, "name") + " " + field(c, "hook") + ": " + field(c, "action") + " " + oneLine(JSON.stringify(field(c, "changes", {})), 80);
+        }
+        if (name.startsWith("subagent.")) return "task " + field(c, "task_id") + " " + oneLine(field(c, "text") || field(c, "status") || "");
+        return typeof c === "string" ? oneLine(c) : oneLine(JSON.stringify(c));
+    }
+  }
+
+  // -- subagent task cards --------------------------------------------------------------------------
+  function taskCard(state, taskId, firstEvent) {
+    const status = h("span", {}, pill("running"));
+    const steps = h("div", { class: "steps" });
+    const more = h("button", { type: "button", class: "more-steps" }, "More steps");
+    more.hidden = true;
+    const header = h("header", {}, h("b", {}, "subagent"), h("span", { class: "mono" }, field(firstEvent.content, "subagent", "") ||
+      String(field(firstEvent.metadata, "caller", "")).replace(/^subagent:/, "")), h("span", { class: "mono muted" }, taskId), status,
+      h("span", { class: "description" }, ""));
+    const card = h("section", { class: "task", "data-task": taskId }, header, steps, more);
+    let cursor = 0;
+    const loadSteps = async () => {
+      more.disabled = true;
+      const page = await api(state.base + "/events", { task_id: taskId, event_types: "subagent.step", limit: STEPS, after_seq: cursor });
+      if (state.token !== view) return;
+      for (const step of page.data) {
+        steps.append(h("div", { class: "step", "data-seq": step.seq },
+          h("span", { class: "idx" }, "#" + field(step.content, "message_index")),
+          h("span", { class: "kind" }, field(step.content, "kind") + (field(step.content, "tool_name") ? " " + step.content.tool_name : "")),
+          h("span", { class: "text" }, oneLine(field(step.content, "text"), 600))));
+      }
+      if (page.data.length) cursor = page.data[page.data.length - 1].seq;
+      more.hidden = !page.has_more;
+      more.disabled = false;
+    };
+    more.addEventListener("click", loadSteps);
+    (async () => {
+      const ends = await api(state.base + "/events", { task_id: taskId, event_types: "subagent.start,subagent.end", limit: 10 });
+      if (state.token !== view) return;
+      for (const e of ends.data) {
+        if (e.event_type === "subagent.start") header.querySelector(".description").textContent = oneLine(field(e.content, "description"), 160);
+        if (e.event_type === "subagent.end") {
+          const result = field(e.content, "result") || field(e.content, "error") || "";
+          fill(status, pill(field(e.content, "status", "ended")));
+          card.append(h("div", { class: "steps result" }, h("b", {}, "result: "), oneLine(result, 600)));
+        }
+      }
+      await loadSteps();
+    })().catch(showError);
+    return card;
+  }
+
+  // -- workspace changes ----------------------------------------------------------------------------
+  function workspacePanel(review) {
+    const panel = h("div", { class: "panel", id: "workspace" }, h("h2", {}, "Workspace changes"));
+    if (!review.available) { panel.append(h("p", { class: "muted" }, "This run changed no files.")); return panel; }
+    const changes = review.workspace_changes || {};
+    const s = changes.summary || {};
+    panel.append(h("p", {}, review.summary_text || "", " ",
+      h("span", { class: "muted" }, "(" + [s.created + " created", s.modified + " modified", s.deleted + " deleted"].join(", ") + ")")));
+    for (const f of changes.files || []) {
+      const flags = ["sensitive", "binary", "truncated", "symlink"].filter((k) => f[k]);
+      const body = f.diff ? diffView(f.diff) : h("p", { class: "muted diff" }, h("div", {},
+        f.sensitive ? "content not recorded (sensitive file)" : f.binary ? "binary file" : "no diff"));
+      const header = h("header", {}, pill(f.status), h("span", { class: "path" }, f.path),
+        h("span", { class: "adds" }, "+" + (f.additions || 0)), h("span", { class: "dels" }, "−" + (f.deletions || 0)),
+        ...flags.map((k) => pill(k, "st-" + k)));
+      header.addEventListener("click", () => { body.hidden = !body.hidden; });
+      panel.append(h("div", { class: "file", "data-path": f.path }, header, body));
+    }
+    return panel;
+  }
+  function diffView(text) {
+    const pre = h("pre", { class: "diff" });
+    for (const line of text.replace(/\n$/, "").split("\n")) {
+      const cls = line.startsWith("+++") || line.startsWith("---") ? "meta" : line.startsWith("+") ? "add"
+        : line.startsWith("-") ? "del" : line.startsWith("@@") ? "hunk" : null;
+      pre.append(h("div", { class: cls }, line || " "));
+    }
+    return pre;
+  }
+
+  // -- live follow (server-sent events read with fetch, so the token goes in a header) -------------
+  function followRun(state) {
+    const controller = new AbortController();
+    stopLive = () => controller.abort();
+    state.nodes.live.className = "live";
+    state.nodes.live.textContent = "live";
+    const events = state.page.data;
+    let cursor = events.length ? events[events.length - 1].seq : state.after;
+    const onEvent = (e) => {
+      if (state.token !== view) return;
+      if (state.page.has_more) return;                 // a later page is not on screen
+      if (state.page.data.length >= PAGE) { state.page.has_more = true; state.page.next_after_seq = cursor; }
+      else state.page.data.push(e);
+      drawTimeline(state);
+      if (TERMINAL.has(e.event_type)) finish();
+    };
+    const finish = async () => {
+      state.nodes.live.className = "";
+      state.nodes.live.textContent = "";
+      try {
+        const [run, review] = await Promise.all([api(state.base), api(state.base + "/workspace-changes")]);
+        if (state.token !== view) return;
+        state.run = run;
+        fillStats(state);
+        document.getElementById("usage").replaceChildren(h("h2", {}, "Token usage"),
+          usageChart({ by_model: run.usage_by_model, by_caller: run.usage_by_caller }));
+        document.getElementById("workspace").replaceWith(workspacePanel(review));
+      } catch (error) { showError(error); }
+    };
+    (async () => {
+      while (!controller.signal.aborted) {
+        try {
+          const url = "api/threads/" + enc(state.threadId) + "/events/stream?run_id=" + enc(state.runId);
+          const response = await fetch(url, { headers: headers({ "Last-Event-ID": String(cursor), Accept: "text/event-stream" }),
+            signal: controller.signal });
+          if (response.status === 204) { await finish(); return; }
+          if (!response.ok) throw new HttpError(response.status, null);
+          const reader = response.body.getReader();
+          const decoder = new TextDecoder();
+          let buffer = "";
+          for (;;) {
+            const { value, done } = await reader.read();
+            if (done) break;
+            buffer += decoder.decode(value, { stream: true });
+            let cut;
+            while ((cut = buffer.search(/\r?\n\r?\n/)) >= 0) {
+              const block = buffer.slice(0, cut);
+              buffer = buffer.slice(cut).replace(/^\r?\n\r?\n/, "");
+              let data = null;
+              for (const line of block.split(/\r?\n/)) {
+                if (line.startsWith("data:")) data = (data === null ? "" : data + "\n") + line.slice(5).replace(/^ /, "");
+              }
+              if (data === null) continue;
+              const e = JSON.parse(data);
+              cursor = e.seq;
+              onEvent(e);
+              if (TERMINAL.has(e.event_type)) return;
+            }
+          }
+        } catch (error) {
+          if (controller.signal.aborted) return;
+          if (error instanceof HttpError && error.status === 401) { showError(error); return; }
+        }
+        await new Promise((resolve) => setTimeout(resolve, 1000));   // reconnect, resuming at cursor
+      }
+    })();
+  }
+
+  window.addEventListener("hashchange", render);
+  render();
+})();

@@ -1,0 +1,269 @@
+"""What each endpoint reads, as plain async functions over the store contract (no web framework here).
+
+Every read takes the caller's ``user_id`` scope (``None``: unscoped). A scoped read never returns
+another user's row: event reads pass ``user_id`` to the store (which refuses a page holding another
+user's row), run rows are kept only when their ``user_id`` is the caller's, and a thread or run the
+caller cannot see is reported as unknown (``NotFound``), exactly like one that does not exist.
+
+Two views the public projections do not offer are here: the thread list with each thread's counts
+and latest run (``thread_page``), and the scoped form of ``latest_workspace_changes``
+(``workspace_review``), which reads the run's ``workspace_changes`` events with the caller's
+``user_id`` and shapes them like the projection does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Final
+
+from run_journal.catalog import TERMINAL_RUN_EVENTS
+from run_journal.envelope import JsonObject, RunEvent
+from run_journal.projections import latest_workspace_changes, summarize_usage, thread_history
+from run_journal.runs import RunRow, status_of
+from run_journal.stores.base import MAX_PAGE, RunEventStore
+
+__all__ = [
+    "NotFound",
+    "event_page",
+    "find_run",
+    "history_page",
+    "run_dict",
+    "run_message_page",
+    "run_page",
+    "terminal_seq",
+    "thread_page",
+    "thread_usage",
+    "visible_runs",
+    "workspace_review",
+]
+
+LIFECYCLE: Final = sorted(TERMINAL_RUN_EVENTS | {"run.start"})
+
+
+class NotFound(LookupError):
+    """A thread or run that does not exist, or that the caller's user scope cannot see."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunRef:
+    """A run the caller may read: its row, or (for a run with events but no row) None."""
+
+    thread_id: str
+    run_id: str
+    row: RunRow | None
+
+
+# -- shapes ----------------------------------------------------------------------------------------
+def run_dict(row: RunRow) -> JsonObject:
+    """``RunRow.to_dict()`` plus ``duration_ms`` (from start to end, None while it runs)."""
+    data = row.to_dict()
+    took = row.ended_at - row.started_at if row.started_at and row.ended_at else None
+    data["duration_ms"] = round(took.total_seconds() * 1000) if took is not None else None
+    return data
+
+
+def _latest_run(row: RunRow) -> JsonObject:
+    data = run_dict(row)
+    keep = ("run_id", "status", "started_at", "ended_at", "duration_ms", "first_human_message")
+    summary: JsonObject = {key: data[key] for key in keep}
+    summary["total_tokens"] = row.usage.total_tokens
+    summary["cost_usd"] = row.usage.cost_usd
+    return summary
+
+
+def _owned(rows: Sequence[RunRow], user_id: str | None) -> list[RunRow]:
+    return list(rows) if user_id is None else [row for row in rows if row.user_id == user_id]
+
+
+# -- threads ---------------------------------------------------------------------------------------
+async def visible_runs(store: RunEventStore, thread_id: str, user_id: str | None) -> list[RunRow]:
+    return _owned(await store.list_runs(thread_id), user_id)
+
+
+async def require_thread(store: RunEventStore, thread_id: str, user_id: str | None) -> list[RunRow]:
+    """The thread's runs the caller may see; ``NotFound`` when the caller can see nothing of it."""
+    runs = await visible_runs(store, thread_id, user_id)
+    if runs:
+        return runs
+    if user_id is None:
+        if await store.last_seq(thread_id) > 0:
+            return runs
+    elif await store.list_events(thread_id, limit=1, user_id=user_id):
+        return runs
+    raise NotFound(f"thread {thread_id!r} not found")
+
+
+async def _thread_summary(store: RunEventStore, thread_id: str, user_id: str | None) -> JsonObject:
+    last_seq, rows = await asyncio.gather(store.last_seq(thread_id), store.list_runs(thread_id))
+    runs = _owned(rows, user_id)
+    return {
+        "thread_id": thread_id,
+        "last_seq": last_seq,
+        "run_count": len(runs),
+        "latest_run": _latest_run(runs[-1]) if runs else None,
+    }
+
+
+async def thread_page(
+    store: RunEventStore, *, limit: int, after: str | None, user_id: str | None
+) -> JsonObject:
+    """Thread ids in ascending order (``after`` is the cursor), each with its last seq, run count and
+    latest run. One ``list_threads`` call, then the page's threads read concurrently."""
+    ids = await store.list_threads(limit=min(limit + 1, MAX_PAGE), after=after, user_id=user_id)
+    has_more = len(ids) > limit
+    ids = ids[:limit]
+    data = await asyncio.gather(*(_thread_summary(store, thread_id, user_id) for thread_id in ids))
+    return {"data": list(data), "has_more": has_more, "next_after": ids[-1] if has_more else None}
+
+
+async def run_page(
+    store: RunEventStore, thread_id: str, *, limit: int, offset: int, user_id: str | None
+) -> JsonObject:
+    """A thread's runs in start order, ``limit`` from ``offset``."""
+    runs = await require_thread(store, thread_id, user_id)
+    chunk = runs[offset: offset + limit]
+    return {
+        "data": [run_dict(row) for row in chunk],
+        "total": len(runs),
+        "has_more": offset + limit < len(runs),
+        "next_offset": offset + limit if offset + limit < len(runs) else None,
+    }
+
+
+async def thread_usage(store: RunEventStore, thread_id: str, user_id: str | None) -> JsonObject:
+    runs = await require_thread(store, thread_id, user_id)
+    return summarize_usage(runs).to_dict()
+
+
+async def history_page(
+    store: RunEventStore, thread_id: str, *, limit: int, before_seq: int | None,
+    hidden_run_ids: Sequence[str], user_id: str | None,
+) -> JsonObject:
+    await require_thread(store, thread_id, user_id)
+    page = await thread_history(store, thread_id, limit=limit, before_seq=before_seq,
+                                hidden_run_ids=hidden_run_ids, user_id=user_id)
+    return {"data": [event.to_dict() for event in page.data], "has_more": page.has_more,
+            "next_before_seq": page.next_before_seq}
+
+
+# -- runs ------------------------------------------------------------------------------------------
+async def find_run(
+    store: RunEventStore, thread_id: str, run_id: str, user_id: str | None
+) -> RunRef:
+    """The run if the caller may see it in this thread: a row of this thread (and user), or, without
+    a row, at least one event of the run (of this user) in the thread."""
+    row = await store.get_run(run_id)
+    if row is not None:
+        if row.thread_id != thread_id or (user_id is not None and row.user_id != user_id):
+            raise NotFound(f"run {run_id!r} not found in thread {thread_id!r}")
+        return RunRef(thread_id, run_id, row)
+    if await store.list_events(thread_id, run_id, limit=1, user_id=user_id):
+        return RunRef(thread_id, run_id, None)
+    raise NotFound(f"run {run_id!r} not found in thread {thread_id!r}")
+
+
+async def run_detail(
+    store: RunEventStore, thread_id: str, run_id: str, user_id: str | None
+) -> JsonObject:
+    """The run row with ``duration_ms``; a run with events but no row gets a row-shaped answer with
+    its status folded from its lifecycle events and ``"row": false``."""
+    ref = await find_run(store, thread_id, run_id, user_id)
+    if ref.row is not None:
+        return {**run_dict(ref.row), "row": True}
+    lifecycle = await store.list_events(thread_id, run_id, event_types=LIFECYCLE, limit=MAX_PAGE,
+                                        user_id=user_id)
+    first = lifecycle[0] if lifecycle else None
+    last = lifecycle[-1] if lifecycle and lifecycle[-1].event_type in TERMINAL_RUN_EVENTS else None
+    placeholder = RunRow(run_id=run_id, thread_id=thread_id, user_id=user_id,
+                         status=status_of(lifecycle),
+                         started_at=first.created_at if first else None,
+                         ended_at=last.created_at if last else None)
+    return {**run_dict(placeholder), "row": False}
+
+
+async def terminal_seq(
+    store: RunEventStore, thread_id: str, run_id: str, user_id: str | None
+) -> int | None:
+    """The seq of the run's terminal event, or None while it runs."""
+    found = await store.list_events(thread_id, run_id, event_types=sorted(TERMINAL_RUN_EVENTS),
+                                    limit=1, user_id=user_id)
+    return found[0].seq if found else None
+
+
+async def event_page(
+    store: RunEventStore, thread_id: str, run_id: str, *, event_types: Sequence[str] | None,
+    task_id: str | None, limit: int, after_seq: int, user_id: str | None,
+) -> JsonObject:
+    """The run's events above ``after_seq`` (``list_events`` filters), ``limit`` at a time."""
+    await find_run(store, thread_id, run_id, user_id)
+    rows = await store.list_events(thread_id, run_id, event_types=event_types, task_id=task_id,
+                                   limit=limit + 1, after_seq=after_seq, user_id=user_id)
+    return _forward_page(rows, limit)
+
+
+def _forward_page(rows: list[RunEvent], limit: int) -> JsonObject:
+    has_more = len(rows) > limit
+    data = rows[:limit]
+    return {"data": [event.to_dict() for event in data], "has_more": has_more,
+            "next_after_seq": data[-1].seq if has_more else None}
+
+
+async def run_message_page(
+    store: RunEventStore, thread_id: str, run_id: str, *, limit: int, before_seq: int | None,
+    after_seq: int | None, user_id: str | None,
+) -> JsonObject:
+    """``list_messages_by_run``: with ``after_seq``, the first ``limit`` messages above it (paging
+    forwards, ``next_after_seq``); otherwise the last ``limit`` below ``before_seq`` (paging back,
+    ``next_before_seq``)."""
+    await find_run(store, thread_id, run_id, user_id)
+    rows = await store.list_messages_by_run(thread_id, run_id, limit=limit + 1, before_seq=before_seq,
+                                            after_seq=after_seq, user_id=user_id)
+    if after_seq is not None:
+        return {**_forward_page(rows, limit), "next_before_seq": None}
+    has_more = len(rows) > limit
+    data = rows[1:] if has_more else rows
+    return {"data": [event.to_dict() for event in data], "has_more": has_more,
+            "next_before_seq": data[0].seq if has_more else None, "next_after_seq": None}
+
+
+async def workspace_review(
+    store: RunEventStore, thread_id: str, run_id: str, *, include_files: bool, include_diffs: bool,
+    user_id: str | None,
+) -> dict[str, Any]:
+    """``latest_workspace_changes`` for the caller: the projection itself when unscoped; scoped, the
+    same shape built from the run's ``workspace_changes`` events of that user only."""
+    await find_run(store, thread_id, run_id, user_id)
+    if user_id is None:
+        return await latest_workspace_changes(store, thread_id, run_id, include_files=include_files,
+                                              include_diffs=include_diffs)
+    result: dict[str, Any] = {"available": False, "thread_id": thread_id, "run_id": run_id,
+                              "seq": None, "created_at": None, "summary_text": None,
+                              "workspace_changes": None}
+    latest: RunEvent | None = None
+    cursor = 0
+    while True:
+        page = await store.list_events(thread_id, run_id, event_types=["workspace_changes"],
+                                       limit=MAX_PAGE, after_seq=cursor, user_id=user_id)
+        if page:
+            latest, cursor = page[-1], page[-1].seq
+        if len(page) < MAX_PAGE:
+            break
+    payload = latest.metadata.get("workspace_changes") if latest else None
+    if latest is None or not isinstance(payload, dict):
+        return result
+    changes: JsonObject = dict(payload)
+    files = changes.get("files")
+    if not include_files:
+        changes.pop("files", None)
+    elif not include_diffs and isinstance(files, list):
+        changes["files"] = [
+            {key: value for key, value in entry.items() if key != "diff"} if isinstance(entry, dict)
+            else entry
+            for entry in files
+        ]
+    result.update(available=True, seq=latest.seq, created_at=latest.created_at.isoformat(),
+                  summary_text=latest.content if isinstance(latest.content, str) else None,
+                  workspace_changes=changes)
+    return result
