@@ -74,14 +74,18 @@ EVENTS: Final = _define(
     EventDefinition("tool.call", Category.TRACE, "RunJournal: tool calls in a model response",
                     "The model asked for a tool; arguments as a capped preview."),
     EventDefinition("tool.outcome", Category.TRACE, "RunJournal: on_tool_end / on_tool_error / run end",
-                    "How a tool call ended: success, error or missing; size and hash of the result."),
+                    "How a tool call ended: success, error or missing (after every retry); size and hash "
+                    "of the result."),
     EventDefinition("context:memory", Category.CONTEXT, "RunJournal.record_memory_context()",
                     "The sha256 of the hidden memory context the run used, never the text."),
-    EventDefinition("subagent.start", Category.SUBAGENT, "subagent_run_event(): task_started",
+    EventDefinition("subagent.start", Category.SUBAGENT,
+                    "subagent_run_event(): task_started; RunJournal: a graph in a tool call calls a model",
                     "A subagent task started."),
-    EventDefinition("subagent.step", Category.SUBAGENT, "subagent_run_event(): task_running",
+    EventDefinition("subagent.step", Category.SUBAGENT,
+                    "subagent_run_event(): task_running; RunJournal: a nested agent's reply or tool result",
                     "One message of a running subagent task."),
-    EventDefinition("subagent.end", Category.SUBAGENT, "subagent_run_event(): terminal task_*",
+    EventDefinition("subagent.end", Category.SUBAGENT,
+                    "subagent_run_event(): terminal task_*; RunJournal: a nested agent's graph ends",
                     "A subagent task ended: completed, failed, cancelled or timed_out."),
     EventDefinition("workspace_changes", Category.WORKSPACE, "record_workspace_changes()",
                     "The files a run created, modified or deleted, with bounded diffs."),
@@ -89,7 +93,9 @@ EVENTS: Final = _define(
 """The canonical catalog. ``middleware:{tag}`` is a documented pattern, not an entry."""
 
 MIDDLEWARE_EVENT: Final = EventDefinition(
-    "middleware:{tag}", Category.MIDDLEWARE, "RunJournal.record_middleware()",
+    "middleware:{tag}", Category.MIDDLEWARE,
+    "RunJournal.record_middleware(); create_agent middleware hooks that changed the state, interrupted"
+    " or jumped",
     "A middleware changed the run's state (guardrail, safety termination, skills, ...).",
 )
 

@@ -403,6 +403,16 @@ async def test_graph_invoked_inside_a_sync_tool(store: RunEventStore) -> None:
     names = types(events)
     assert names.count("llm.ai.response") == 3
     assert names.index("tool.call") < names.index("tool.outcome") < len(names) - 1
-    inner_response = events[names.index("tool.call") + 1]
+    # a graph that calls a model inside a tool call is a subagent task, named after the tool
+    start, inner_response, step, end = events[names.index("tool.call") + 1:names.index("tool.call") + 5]
+    assert (start.event_type, start.content["task_id"], start.content["subagent"]) == (
+        "subagent.start", "r1", "research")
     assert inner_response.event_type == "llm.ai.response"
     assert inner_response.content["content"] == "inner answer"
+    assert inner_response.metadata["caller"] == "subagent:research"
+    assert (step.event_type, step.content["kind"], step.content["text"]) == ("subagent.step", "ai", "inner answer")
+    assert (end.event_type, end.content["status"], end.content["result"]) == (
+        "subagent.end", "completed", "inner answer")
+    row = await store.get_run(journal.run_id)
+    assert row is not None
+    assert set(row.usage_by_caller) == {"lead_agent", "subagent:research"}

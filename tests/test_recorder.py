@@ -44,7 +44,7 @@ def test_a_tool_turn_becomes_its_events_and_row_without_a_store_or_a_loop() -> N
     rec.model_start(model1, root, "chat_model", [], ["lead_agent"], {}, params)
     call = {"name": "add", "args": {"a": 1, "b": 2, "api_key": "sk-secret"}, "id": "c1", "type": "tool_call"}
     rec.llm_end(reply(AIMessage("adding", id="a1", tool_calls=[call], usage_metadata=usage(10, 5))), model1)
-    rec.tool_start(tool, "add", "c1", [])
+    rec.tool_start(tool, root, "add", "c1", [])
     rec.tool_end(ToolMessage("3", tool_call_id="c1", name="add", id="m1"), tool)
     rec.model_start(model2, root, "chat_model", [], [], {}, params)
     rec.llm_end(reply(AIMessage("it is 3", id="a2", usage_metadata=usage(20, 4))), model2)

@@ -75,6 +75,7 @@ class RunJournal(BaseCallbackHandler):
         max_pending: int = 10_000,
         retry: RetryPolicy | None = None,
         store_timeout: float = 30.0,
+        middleware_events: str = "changes",
     ) -> None:
         super().__init__()
         if row_interval < 0:
@@ -85,7 +86,7 @@ class RunJournal(BaseCallbackHandler):
             thread_id=validate_id("thread_id", thread_id) if thread_id is not None else None,
             run_id=self.run_id, user_id=self.user_id,
             resumed_from=validate_id("resumed_from", resumed_from) if resumed_from else None,
-            redact=resolve_redactor(redact), pricing=pricing,
+            redact=resolve_redactor(redact), pricing=pricing, middleware_events=middleware_events,
         )
         self._writer = EventWriter(store, batch_size=batch_size, flush_interval=flush_interval,
                                    max_pending=max_pending, retry=retry, store_timeout=store_timeout)
@@ -268,8 +269,7 @@ class RunJournal(BaseCallbackHandler):
         mapped = subagent_run_event(chunk, redact=self._recorder.redact)
         if mapped is None:
             return False
-        self._record(lambda: self._recorder.record_subagent(mapped))
-        return True
+        return bool(self._record(lambda: self._recorder.record_subagent(mapped)))
 
     # -- LangChain callbacks ---------------------------------------------------------------------------
     def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: uuid.UUID,
@@ -314,8 +314,8 @@ class RunJournal(BaseCallbackHandler):
                       metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
         call_id = kwargs.get("tool_call_id")
-        self._callback(self._recorder.tool_start, run_id, name, call_id if isinstance(call_id, str) else None,
-                       tags)
+        self._callback(self._recorder.tool_start, run_id, parent_run_id, name,
+                       call_id if isinstance(call_id, str) else None, tags, kwargs.get("inputs"))
 
     def on_tool_end(self, output: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
         self._callback(self._recorder.tool_end, output, run_id)

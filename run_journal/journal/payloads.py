@@ -6,6 +6,7 @@ touches journal state, locks or stores, and everything is cheap enough for the c
 
 from __future__ import annotations
 
+import re
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -34,14 +35,76 @@ LANGGRAPH_KEYS: Final = (
 
 
 def caller_of(tags: Sequence[str] | None) -> str:
-    """``subagent:<name>`` / ``middleware:<name>`` / ``lead_agent`` from a run's (inherited) tags.
+    """``subagent:<name>`` / ``middleware:<name>`` / ``lead_agent`` from a run's (inherited) tags."""
+    return explicit_caller(tags) or LEAD_AGENT
 
-    The innermost attribution wins: LangChain appends a child's own tags after inherited ones.
-    """
+
+def explicit_caller(tags: Sequence[str] | None) -> str | None:
+    """The attribution a run's (inherited) tags name, if any: the innermost wins, as LangChain
+    appends a child's own tags after inherited ones."""
     for tag in reversed(tags or ()):
         if isinstance(tag, str) and (tag.startswith(("subagent:", "middleware:")) or tag == LEAD_AGENT):
             return tag
-    return LEAD_AGENT
+    return None
+
+
+MIDDLEWARE_HOOKS: Final = frozenset({"before_agent", "before_model", "after_model", "after_agent"})
+"""The middleware hooks of ``langchain.agents.create_agent`` that run as graph nodes of their own,
+named ``<MiddlewareName>.<hook>`` (the wrap hooks run inside the model and tool nodes)."""
+MIDDLEWARE_TAG_LIMIT: Final = 21
+
+
+def middleware_node(node: str) -> tuple[str, str, str] | None:
+    """``(name, hook, tag)`` for a middleware hook's node name, else None. The tag is the name in
+    snake case without its ``Middleware`` suffix, within the catalog's 21 characters:
+    ``SummarizationMiddleware.before_model`` -> ``("SummarizationMiddleware", "before_model",
+    "summarization")``."""
+    name, dot, hook = node.rpartition(".")
+    if not dot or hook not in MIDDLEWARE_HOOKS or not name:
+        return None
+    stem = name.strip("_")
+    stem = stem[: -len("Middleware")] if stem.endswith("Middleware") and stem != "Middleware" else stem
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", stem)
+    tag = re.sub(r"[^a-z0-9_]+", "_", words.lower()).strip("_")[:MIDDLEWARE_TAG_LIMIT].rstrip("_")
+    return (name, hook, tag or "middleware")
+
+
+REMOVE_ALL_MESSAGES: Final = "__remove_all__"
+MIDDLEWARE_PREVIEW_LIMIT: Final = 2000
+"""Characters of a middleware hook's (redacted) state update kept in its event."""
+
+
+def middleware_changes(output: Any) -> tuple[str, dict[str, Any], Any] | None:
+    """What a middleware hook's node changed: ``(action, changes, update)``, or None for nothing.
+
+    ``action`` is ``jump`` (the hook sent the run elsewhere) or ``update``; ``changes`` counts the
+    messages removed (``"all"`` for a reset) and added, and names the other state keys written.
+    """
+    goto: Any = None
+    if isinstance(output, Command):
+        goto, output = output.goto, output.update
+    if isinstance(output, list | tuple) and all(isinstance(item, Command) for item in output):
+        updates = [item.update for item in output if isinstance(item.update, Mapping)]
+        goto = next((item.goto for item in output if item.goto), None)
+        output = {key: value for update in updates for key, value in update.items()}
+    update = dict(output) if isinstance(output, Mapping) else {}
+    jump = update.pop("jump_to", None) or goto or None
+    if not update and not jump:
+        return None
+    changes: dict[str, Any] = {}
+    messages = update.get("messages")
+    if isinstance(messages, list):
+        removals = [m for m in messages if getattr(m, "type", None) == "remove"]
+        removed: int | str = len(removals)
+        if any(getattr(m, "id", None) == REMOVE_ALL_MESSAGES for m in removals):
+            removed = "all"
+        changes["messages"] = {"removed": removed, "added": len(messages) - len(removals)}
+    others = sorted(str(key) for key in update if key != "messages")
+    if others:
+        changes["updated"] = others
+    if jump:
+        changes["jump_to"] = jump if isinstance(jump, str) else str(jump)
+    return ("jump" if jump else "update"), changes, update
 
 
 def capped(text: str, limit: int) -> tuple[str, bool]:

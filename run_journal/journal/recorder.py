@@ -24,6 +24,7 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 
 from run_journal.catalog import (
     EVENTS,
+    ID_MAX_LENGTH,
     LEGACY_ALIASES,
     LIFECYCLE_EVENTS,
     category_of,
@@ -32,7 +33,7 @@ from run_journal.catalog import (
 )
 from run_journal.envelope import NewEvent, Normalized, new_event_id, sha256_hex, utc_now, validate_id
 from run_journal.journal import payloads as p
-from run_journal.journal.state import LlmCall, RunState, ToolRun
+from run_journal.journal.state import LlmCall, MiddlewareHook, NestedAgent, RunState, Scope, ToolRun
 from run_journal.normalization import encode
 from run_journal.redact import Redactor, redacted_text
 from run_journal.runs import TERMINAL_STATUSES, RunRow, RunStatus
@@ -86,13 +87,23 @@ class ResumeStart:
 
 
 Output = NewEvent | ResumeStart
+MIDDLEWARE_EVENT_MODES: Final = ("changes", "all", "off")
+GENERIC_CHAIN_NAMES: Final = frozenset(
+    {"LangGraph", "RunnableSequence", "RunnableLambda", "RunnableParallel"})
+"""Chain names that say nothing about which agent a nested graph is."""
 
 
 class RunRecorder:
     """The state machine of one journaled run (see the module docstring)."""
 
     def __init__(self, *, thread_id: str | None, run_id: str, user_id: str | None,
-                 resumed_from: str | None, redact: Redactor, pricing: Pricing | None) -> None:
+                 resumed_from: str | None, redact: Redactor, pricing: Pricing | None,
+                 middleware_events: str = "changes") -> None:
+        if middleware_events not in MIDDLEWARE_EVENT_MODES:
+            raise ValueError(f"middleware_events must be one of {', '.join(MIDDLEWARE_EVENT_MODES)}")
+        self.middleware_events = middleware_events
+        """``changes``: a hook that changed the state writes an event; ``all``: every hook that ran;
+        ``off``: none (``record_middleware`` still works)."""
         self.thread_id = thread_id
         self.run_id = run_id
         self.user_id = user_id
@@ -147,9 +158,12 @@ class RunRecorder:
             self._start_root(run_id, name, inputs, tags, metadata)
             return
         state = self.state
-        if not state.started:
+        if not state.started or state.ended:
             return
-        state.chain_names[run_id] = str((metadata or {}).get("langgraph_node") or name)
+        meta = metadata or {}
+        node = meta.get("langgraph_node")
+        state.chain_names[run_id] = str(node or name)
+        state.scopes[run_id] = self._scope_of(run_id, parent_run_id, name, node, meta)
         if state.baseline is None and parent_run_id == state.root and isinstance(inputs, Mapping):
             messages = inputs.get("messages")
             if isinstance(messages, list):
@@ -160,12 +174,25 @@ class RunRecorder:
         state = self.state
         if run_id == state.root and not state.ended:
             self._end_root(outputs)
-        elif state.started and not state.ended:
-            state.chain_names.pop(run_id, None)
-            answerable = state.answerable()
-            for message in p.tool_messages(outputs) if answerable else ():
-                if message.tool_call_id in answerable:  # _tool_result skips a repeated id
-                    self._tool_result(message, state.caller_of_call(message.tool_call_id), None)
+            return
+        if not state.started or state.ended:
+            return
+        state.chain_names.pop(run_id, None)
+        if state.failed_tries:
+            self._settle_failed_tools(run_id)
+        scope = state.scopes.pop(run_id, None)
+        if scope is not None and scope.hook is not None and scope.hook.run_id == run_id \
+                and self.middleware_events != "off":
+            found = p.middleware_changes(outputs)
+            if found is not None or self.middleware_events == "all":
+                self._middleware_event(scope, *(found or ("none", {}, None)))
+        answerable = state.answerable()
+        for message in p.tool_messages(outputs) if answerable else ():
+            if message.tool_call_id in answerable:  # _tool_result skips a repeated id
+                self._tool_result(message, state.caller_of_call(message.tool_call_id), None, None)
+        task = scope.nested if scope is not None else None
+        if task is not None and task.root == run_id and task.task_id is not None:
+            self._task_chunk(task, "task_completed", result=task.last_text or "")
 
     def chain_error(self, error: BaseException, run_id: uuid.UUID) -> None:
         state = self.state
@@ -174,8 +201,45 @@ class RunRecorder:
         self._note_interrupts(error)
         if run_id == state.root:
             self._fail_root(error)
-        elif not p.is_bubble_up(error) and state.error_node is None:
+            return
+        if state.failed_tries:
+            self._settle_failed_tools(run_id)
+        scope = state.scopes.pop(run_id, None)
+        if scope is not None and scope.hook is not None and scope.hook.run_id == run_id \
+                and self.middleware_events != "off":
+            interrupts = p.interrupts_of(error)
+            if interrupts:
+                self._middleware_event(scope, "interrupt", {"interrupts": p.interrupt_payload(interrupts)},
+                                       None)
+        task = scope.nested if scope is not None else None
+        ended = task is not None and task.root == run_id and task.task_id is not None
+        if task is not None and ended and not p.is_bubble_up(error):
+            kind = "task_cancelled" if isinstance(error, CANCELLED) else "task_failed"
+            self._task_chunk(task, kind, error=f"{type(error).__name__}: {error}")
+        if not p.is_bubble_up(error) and state.error_node is None:
             state.error_node = state.chain_names.get(run_id)
+
+    def _scope_of(self, run_id: uuid.UUID, parent_run_id: uuid.UUID, name: str, node: Any,
+                  metadata: Mapping[str, Any]) -> Scope:
+        """A chain's scope: its parent's, or a new nested agent when it runs inside a tool call, or a
+        middleware hook when it is a ``create_agent`` hook's own node."""
+        state = self.state
+        tool = state.tool_runs.get(parent_run_id)
+        if tool is not None:
+            args = tool.args if isinstance(tool.args, Mapping) else {}
+            agent = metadata.get("lc_agent_name") or args.get("subagent_type")
+            if not isinstance(agent, str) or not agent:
+                agent = name if name not in GENERIC_CHAIN_NAMES else tool.name
+            description = args.get("description")
+            nested = NestedAgent(run_id, tool.call_id, agent[:ID_MAX_LENGTH],
+                                 description if isinstance(description, str) else "")
+            scope = Scope(tool.caller, nested)
+        else:
+            scope = state.scopes.get(parent_run_id) or Scope(state.caller)
+        hook = p.middleware_node(name) if node == name else None
+        if hook is not None:
+            scope = Scope(scope.caller, scope.nested, MiddlewareHook(run_id, *hook))
+        return scope
 
     # -- models ------------------------------------------------------------------------------------
     def model_start(self, run_id: uuid.UUID, parent_run_id: uuid.UUID | None, kind: str, inputs: Any,
@@ -186,10 +250,16 @@ class RunRecorder:
             self._start_root(run_id, kind, inputs, tags, metadata)
         if not state.started or state.ended:
             return
+        scope = state.scopes.get(parent_run_id) if parent_run_id is not None else None
+        task = scope.nested if scope is not None else None
+        if task is not None and task.task_id is None:
+            self._start_task(task)
+        caller = p.explicit_caller(tags) or (scope.attributed if scope is not None else state.caller)
         params = params or {}
         model = params.get("model_name") or params.get("model") or (metadata or {}).get("ls_model_name")
-        state.llm_calls[run_id] = LlmCall(p.caller_of(tags), str(model) if model else None,
-                                          state.next_llm_index(), time.monotonic())
+        step_of = task if scope is not None and scope.hook is None else None
+        state.llm_calls[run_id] = LlmCall(caller, str(model) if model else None, state.next_llm_index(),
+                                          time.monotonic(), task=step_of)
 
     def new_token(self, run_id: uuid.UUID) -> None:
         call = self.state.llm_calls.get(run_id)
@@ -201,7 +271,11 @@ class RunRecorder:
         call = state.llm_calls.pop(run_id, None)
         if call is None or state.ended:
             return  # a second on_llm_end for the same call, or a call outside the run
-        message = self._llm_response(call, response)
+        message, reply = self._llm_response(call, response)
+        if call.task is not None:
+            call.task.last_text = p.message_text(reply)
+            self._task_chunk(call.task, "task_running", message_index=call.task.steps, message=reply)
+            call.task.steps += 1
         if run_id == state.root:
             self._end_root(message if message is not None else response.llm_output)
 
@@ -216,11 +290,17 @@ class RunRecorder:
             self._fail_root(error)
 
     # -- tools -------------------------------------------------------------------------------------
-    def tool_start(self, run_id: uuid.UUID, name: str, call_id: str | None, tags: list[str] | None) -> None:
+    def tool_start(self, run_id: uuid.UUID, parent_run_id: uuid.UUID | None, name: str,
+                   call_id: str | None, tags: list[str] | None, args: Any = None) -> None:
         state = self.state
         if not state.started or state.ended:
             return
-        state.tool_runs[run_id] = ToolRun(name, call_id, p.caller_of(tags), time.monotonic())
+        scope = state.scopes.get(parent_run_id) if parent_run_id is not None else None
+        caller = p.explicit_caller(tags) or (scope.attributed if scope is not None else state.caller)
+        task = scope.nested if scope is not None and scope.hook is None else None
+        if task is not None and task.task_id is None:
+            task = None  # a tool of a nested graph that never called a model: not a subagent's step
+        state.tool_runs[run_id] = ToolRun(name, call_id, caller, time.monotonic(), task, parent_run_id, args)
         if call_id is not None:
             state.seen_calls.add(call_id)
         self.tally.tool_calls += 1
@@ -230,17 +310,21 @@ class RunRecorder:
         tool = self.state.tool_runs.pop(run_id, None)
         if tool is None or self.state.ended:
             return
+        failed = self.state.failed_tries.pop(tool.call_id, None) if tool.call_id is not None else None
         status = "success"
         for message in p.tool_messages(output):
-            self._tool_result(message, tool.caller, tool.name)
+            self._tool_result(message, tool.caller, tool.name, tool.task)
             if message.tool_call_id == tool.call_id and message.status == "error":
                 status = "error"
         if tool.call_id is not None:
             size, digest = p.result_digest(output)
+            tries = {} if failed is None else {"attempts": failed[2] + 1}
             self._outcome(tool.call_id, tool.name, tool.caller, status, tool,
-                          result_size=size, result_sha256=digest)
+                          result_size=size, result_sha256=digest, **tries)
 
     def tool_error(self, error: BaseException, run_id: uuid.UUID) -> None:
+        """A failed try. Its outcome waits: a retry middleware may call the tool again with the same
+        call id, so the call's outcome is written when it succeeds, or once its node is over."""
         tool = self.state.tool_runs.pop(run_id, None)
         if tool is None or self.state.ended:
             return
@@ -248,9 +332,18 @@ class RunRecorder:
             self._note_interrupts(error)
             return
         if tool.call_id is not None:
-            self.state.errored_calls.add(tool.call_id)
             text = p.capped(f"{type(error).__name__}: {error}", p.ERROR_TEXT_LIMIT)[0]
-            self._outcome(tool.call_id, tool.name, tool.caller, "error", tool, error=text)
+            earlier = self.state.failed_tries.get(tool.call_id)
+            self.state.failed_tries[tool.call_id] = (tool, text, 1 if earlier is None else earlier[2] + 1)
+
+    def _settle_failed_tools(self, parent: uuid.UUID | None) -> None:
+        """Failed tries under ``parent`` (every one when None) that no retry answered are errors."""
+        for call_id, (tool, text, tries) in list(self.state.failed_tries.items()):
+            if parent is None or tool.parent == parent:
+                del self.state.failed_tries[call_id]
+                self.state.errored_calls.add(call_id)
+                attempts = {"attempts": tries} if tries > 1 else {}
+                self._outcome(call_id, tool.name, tool.caller, "error", tool, error=text, **attempts)
 
     # -- recorders ---------------------------------------------------------------------------------
     def record(self, event_type: str, content: Any, metadata: Mapping[str, Any] | None,
@@ -291,26 +384,66 @@ class RunRecorder:
         self.state.memory_recorded = True
         return True
 
-    def record_subagent(self, mapped: Mapping[str, Any]) -> None:
-        """One ``subagent_run_event`` mapping; a task's reported usage is counted once per task."""
+    def record_subagent(self, mapped: Mapping[str, Any]) -> bool:
+        """One ``subagent_run_event`` mapping from a ``task_*`` stream. A task the callback tree
+        journals already (the same subagent seen in process) is not journaled twice: False."""
+        if mapped["content"]["task_id"] in self.state.tree_tasks:
+            return False
+        self._subagent_event(mapped)
+        return True
+
+    def _subagent_event(self, mapped: Mapping[str, Any]) -> None:
+        """A ``subagent.*`` event. Usage a task reports at its end is counted once per task, and not
+        when the journal saw the subagent's model calls while the task ran (it runs in process)."""
         content, state = mapped["content"], self.state
         task_id = content["task_id"]
         name = content.get("subagent") or state.open_tasks.get(task_id) or "task"
         caller = f"subagent:{name}"
         if mapped["event_type"] == "subagent.start":
             state.open_tasks[task_id] = str(name)
+            state.calls_before[task_id] = self._calls_of(caller)
         elif mapped["event_type"] == "subagent.end":
             state.open_tasks.pop(task_id, None)
             usage = usage_from_mapping(content.get("usage"))
-            seen = self.tally.by_caller.get(caller)
-            if seen is not None and seen.llm_calls:
-                usage = None  # the subagent ran in-process: its model calls were already counted
-            if usage is not None and task_id not in state.counted_tasks:
+            seen = self._calls_of(caller) > state.calls_before.pop(task_id, 0)
+            if usage is not None and not seen and task_id not in state.counted_tasks | state.tree_tasks:
                 state.counted_tasks.add(task_id)
                 self.tally.add_external(caller, content.get("model"), usage)
                 self.changed = True
         self._emit(mapped["event_type"], content, {"caller": caller, **mapped["metadata"]},
                    mapped["category"])
+
+    def _calls_of(self, caller: str) -> int:
+        return sum(totals.llm_calls for (who, _), totals in self.tally.groups.items() if who == caller)
+
+    def _start_task(self, task: NestedAgent) -> None:
+        """A graph nested in a tool call made its first model call: it is a subagent task, whose
+        id is the tool call's id."""
+        task.task_id = task.call_id or f"task-{task.root.hex}"
+        self.state.tree_tasks.add(task.task_id)
+        self._task_chunk(task, "task_started", description=task.description, subagent=task.name)
+
+    def _task_chunk(self, task: NestedAgent, kind: str, **fields: Any) -> None:
+        """A subagent event shaped exactly as the ``task_*`` chunk mapper shapes it."""
+        from run_journal.subagents import subagent_run_event  # subagents imports the journal lazily too
+
+        mapped = subagent_run_event({"type": kind, "task_id": task.task_id, **fields}, redact=self.redact)
+        if mapped is not None:
+            self._subagent_event(mapped)
+
+    def _middleware_event(self, scope: Scope, action: str, changes: dict[str, Any], update: Any) -> None:
+        """``middleware:<tag>`` for a hook that ran: what it changed, as ``record_middleware`` writes."""
+        hook = scope.hook
+        assert hook is not None
+        if update:
+            text = redacted_text(encode(update), self.redact)
+            changes["preview"], changes["preview_truncated"] = p.capped(text, p.MIDDLEWARE_PREVIEW_LIMIT)
+        metadata: dict[str, Any] = {}
+        if scope.nested is not None and scope.nested.task_id is not None:
+            metadata["task_id"] = scope.nested.task_id
+        self.record(middleware_event_type(hook.tag),
+                    {"name": hook.name, "hook": hook.hook, "action": action, "changes": changes},
+                    metadata, f"middleware:{hook.tag}")
 
     def finish_unended(self) -> None:
         """The journal is closing: a run that started and never ended is recorded as cancelled."""
@@ -389,14 +522,16 @@ class RunRecorder:
         self._held = []
         messages = [] if resuming else p.input_messages(inputs)
         state.root_input_count = len(messages)
-        human = next((m for m in messages if p.is_visible_human(m)), None)
+        human = next((m for m in reversed(messages) if p.is_visible_human(m)), None)  # this turn's
         if human is not None:
             self.tally.messages += 1
             self.tally.first_human = cap_text(p.message_text(human))
             self._emit("llm.human.input", self._message_payload(human),
                        {"caller": state.caller, "message_id": human.id})
 
-    def _llm_response(self, call: LlmCall, response: LLMResult) -> BaseMessage | None:
+    def _llm_response(self, call: LlmCall, response: LLMResult) -> tuple[BaseMessage | None, BaseMessage]:
+        """``llm.ai.response`` (and a ``tool.call`` per call it asks for); returns the chat message,
+        if the model gave one, and the message as written."""
         generations = [g for batch in response.generations for g in batch]
         first = generations[0] if generations else None
         chat = first.message if isinstance(first, ChatGeneration) else None
@@ -428,9 +563,11 @@ class RunRecorder:
                 {"tool_call_id": call_id, "tool_name": name, "args_preview": preview, "args_truncated": cut},
                 {"caller": call.caller, "tool_call_id": call_id, "llm_call_index": call.index},
             )
-        return chat
+        return chat, message
 
-    def _tool_result(self, message: Any, caller: str, tool_name: str | None) -> None:
+    def _tool_result(self, message: Any, caller: str, tool_name: str | None,
+                     task: NestedAgent | None) -> None:
+        """A tool's answer: ``llm.tool.result``, or a step of the subagent task it belongs to."""
         state = self.state
         call_id = message.tool_call_id
         if call_id in state.results_done:
@@ -439,8 +576,12 @@ class RunRecorder:
         if message.status == "error" and call_id not in state.errored_calls:
             state.errored_calls.add(call_id)
             self.tally.tool_errors += 1
-        self.tally.messages += 1
         self.changed = True
+        if task is not None and task.task_id is not None:
+            self._task_chunk(task, "task_running", message_index=task.steps, message=message)
+            task.steps += 1
+            return
+        self.tally.messages += 1
         meta = {"caller": caller, "tool_call_id": call_id, "tool_name": message.name or tool_name,
                 "status": message.status}
         self._emit("llm.tool.result", self._message_payload(message), meta)
@@ -461,14 +602,16 @@ class RunRecorder:
         self._emit("tool.outcome", content, {"caller": caller, "tool_call_id": call_id})
 
     def _close_open_work(self, *, missing: bool) -> None:
-        """Before a terminal event: close unfinished subagent tasks and (optionally) unanswered calls."""
+        """Before a terminal event: settle failed tool tries, close unfinished subagent tasks and
+        (optionally) unanswered calls."""
+        self._settle_failed_tools(None)
         from run_journal.subagents import subagent_run_event  # subagents imports the journal lazily too
 
         for task_id in list(self.state.open_tasks):
             mapped = subagent_run_event({"type": "task_cancelled", "task_id": task_id,
                                          "closed_by_journal": True}, redact=self.redact)
             if mapped is not None:
-                self.record_subagent(mapped)
+                self._subagent_event(mapped)
         if missing:
             for call_id, (name, caller) in list(self.state.open_calls.items()):
                 self._outcome(call_id, name, caller, "missing", None)

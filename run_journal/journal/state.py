@@ -12,12 +12,59 @@ from run_journal.runs import RunStatus
 
 
 @dataclasses.dataclass(slots=True)
+class NestedAgent:
+    """A graph run inside a tool call (deepagents' ``task`` tool, an agent used as a tool). It is
+    journaled as a subagent task from its first model call on: ``task_id`` is then set."""
+
+    root: uuid.UUID
+    call_id: str | None
+    name: str
+    description: str
+    task_id: str | None = None
+    steps: int = 0
+    last_text: str | None = None
+
+    @property
+    def caller(self) -> str:
+        return f"subagent:{self.name}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MiddlewareHook:
+    """A ``create_agent`` middleware hook running as its own graph node."""
+
+    run_id: uuid.UUID
+    name: str
+    hook: str
+    tag: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Scope:
+    """Whom a callback run works for, handed down the callback tree to its children: the innermost
+    middleware hook or active nested agent wins, else the caller its tags or its root gave it."""
+
+    caller: str
+    nested: NestedAgent | None = None
+    hook: MiddlewareHook | None = None
+
+    @property
+    def attributed(self) -> str:
+        if self.hook is not None:
+            return f"middleware:{self.hook.tag}"
+        if self.nested is not None and self.nested.task_id is not None:
+            return self.nested.caller
+        return self.caller
+
+
+@dataclasses.dataclass(slots=True)
 class LlmCall:
     caller: str
     model: str | None
     index: int
     started: float
     first_token_at: float | None = None
+    task: NestedAgent | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -26,6 +73,9 @@ class ToolRun:
     call_id: str | None
     caller: str
     started: float
+    task: NestedAgent | None = None
+    parent: uuid.UUID | None = None
+    args: Any = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -46,6 +96,8 @@ class RunState:
     held: list[Any] = dataclasses.field(default_factory=list)
     """Events recorded before ``run.start`` (NewEvent), written right after it."""
     chain_names: dict[uuid.UUID, str] = dataclasses.field(default_factory=dict)
+    scopes: dict[uuid.UUID, Scope] = dataclasses.field(default_factory=dict)
+    """The scope of every chain in flight (popped at its end)."""
     baseline: set[str] | None = None
     """Ids of the messages the thread held before this run (from the first node's input)."""
     root_input_count: int = 0
@@ -60,8 +112,16 @@ class RunState:
     results_done: set[str] = dataclasses.field(default_factory=set)
     outcomes_done: set[str] = dataclasses.field(default_factory=set)
     errored_calls: set[str] = dataclasses.field(default_factory=set)
+    failed_tries: dict[str, tuple[ToolRun, str, int]] = dataclasses.field(default_factory=dict)
+    """tool_call_id -> (tool run, error, tries) for tries that failed and were not retried yet."""
     open_tasks: dict[str, str] = dataclasses.field(default_factory=dict)
     counted_tasks: set[str] = dataclasses.field(default_factory=set)
+    """Tasks whose reported usage was counted (once per task, whoever reports it)."""
+    calls_before: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Model calls of a streamed task's subagent counted when the task started."""
+    tree_tasks: set[str] = dataclasses.field(default_factory=set)
+    """Tasks journaled from the callback tree: their model calls are counted as they happen, and
+    ``task_*`` chunks for them (a stream wrapper around the same run) are not journaled again."""
     memory_recorded: bool = False
 
     def next_llm_index(self) -> int:
@@ -80,4 +140,4 @@ class RunState:
         return entry[1] if entry else "lead_agent"
 
 
-__all__ = ["LlmCall", "NewEvent", "RunState", "ToolRun"]
+__all__ = ["LlmCall", "MiddlewareHook", "NestedAgent", "NewEvent", "RunState", "Scope", "ToolRun"]
