@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import codecs
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -19,7 +21,9 @@ from run_journal.workspace import (
     WorkspaceLimits,
     WorkspaceSnapshot,
     arecord_workspace_changes,
+    is_sensitive,
     record_workspace_changes,
+    workspace_changes,
 )
 
 SECRET = "hunter2-super-secret-value"
@@ -133,28 +137,144 @@ def test_invalid_utf8_counts_as_binary(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "name",
-    [".env", ".env.local", "prod.env", "id_rsa", "id_ed25519.pub", "server.pem", "tls.key",
-     "my_secrets.yaml", "github_token.txt", "PASSWORDS.csv", "aws_credentials", ".ssh/config"],
+    ("bom", "encoding"),
+    [(codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"),
+     (codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be")],
+    ids=["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"],
 )
-def test_sensitive_files_are_listed_without_size_hash_or_diff(tmp_path: Path, name: str) -> None:
-    write(tmp_path / name, f"KEY={SECRET}\n")
+def test_utf16_and_utf32_text_with_a_byte_order_mark_is_text_and_diffed(
+    tmp_path: Path, bom: bytes, encoding: str
+) -> None:
+    def encoded(text: str) -> bytes:
+        return bom + text.encode(encoding)
+
+    write(tmp_path / "notes.txt", encoded("héllo\nwörld\n"))
+    payload = changes(tmp_path, lambda: write(tmp_path / "notes.txt", encoded("héllo\nwörld\n€ 3\n")))
+    assert payload is not None
+    entry = by_path(payload)["notes.txt"]
+    assert (entry["binary"], entry["truncated"], entry["additions"], entry["deletions"]) == (
+        False, False, 1, 0
+    )
+    assert entry["diff"].startswith("--- a/notes.txt\n+++ b/notes.txt\n")
+    assert "\n wörld\n+€ 3\n" in entry["diff"]
+    assert entry["size_after"] == len(encoded("héllo\nwörld\n€ 3\n"))
+    # Over the size limit it is still text: compared by hash, flagged truncated, not called binary.
+    small = WorkspaceSnapshot.capture(tmp_path, limits=WorkspaceLimits(max_file_bytes=8))
+    (state,) = small.files.values()
+    assert (state.binary, state.text, state.text_omitted) == (False, None, True)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [codecs.BOM_UTF16_LE + b"\x00\x00\x01\x02", codecs.BOM_UTF16_BE + b"\x00\x00",
+     codecs.BOM_UTF16_LE + b"\x00\xd8", codecs.BOM_UTF16_LE + b"\x41"],
+    ids=["utf32-mark-cut-short", "nul-utf16-be", "lone-surrogate", "odd-length"],
+)
+def test_binary_data_behind_a_byte_order_mark_stays_binary(tmp_path: Path, data: bytes) -> None:
+    payload = changes(tmp_path, lambda: write(tmp_path / "blob.dat", data))
+    assert payload is not None
+    entry = by_path(payload)["blob.dat"]
+    assert (entry["binary"], entry["diff"]) == (True, None)
+
+
+SENSITIVE_NAMES = [
+    # well-known secret files (an SSH key's .pub half too: it sits next to the private key)
+    ".env", ".env.local", ".env.production", "prod.env", "id_rsa", "id_rsa.pub", "id_ed25519",
+    "id_ed25519.pub", "server.pem", "tls.key", "cert.p12", "cert.pfx", ".npmrc", ".netrc", ".pgpass",
+    ".htpasswd", ".git-credentials", "credentials", "kubeconfig", "prod.kubeconfig", ".ssh/config",
+    ".aws/config",
+    # a word of the name names a secret, in any case and spelling
+    "api_key.txt", "apikey", "APIKEY", "apiKey.json", "APIKey.txt", "private_key.json",
+    "client-secret.yaml", ".token", "token.json", "github_token.txt", "GitHubToken.txt",
+    "my_secrets.yaml", "mysecrets.json", "PASSWORDS.csv", "db-password.txt", "dbpassword",
+    "aws_credentials", "gcp.credentials.json", "keys.txt", "key.json", "keyfile", "solana-keypair.json",
+    "creds.json",
+]
+NOT_SENSITIVE_NAMES = [
+    "keyboard.py", "KeyboardLayout.json", "monkey.txt", "monkeyPatch.py", "hotkeys.json", "keyword.py",
+    "turkey.csv", "tokenizer.py", "tokenizer_config.json", "detokenize.py", "secretary.md",
+    "passwordless.md", "env.py", "environment.yml", "pubkey.txt", "sacred.txt",
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [*((name, True) for name in SENSITIVE_NAMES), *((name, False) for name in NOT_SENSITIVE_NAMES)],
+)
+def test_names_that_look_like_credentials_are_sensitive_by_word_not_substring(
+    name: str, expected: bool
+) -> None:
+    assert is_sensitive(tuple(name.split("/"))) is expected
+
+
+@pytest.mark.parametrize("name", SENSITIVE_NAMES)
+def test_sensitive_files_are_listed_with_size_and_hash_only(tmp_path: Path, name: str) -> None:
+    first, second = f"KEY={SECRET}\n".encode(), f"KEY={SECRET}-rotated-and-longer\n".encode()
+    write(tmp_path / name, first)
     journal = RecordingJournal()
     before = WorkspaceSnapshot.capture(tmp_path)
-    state = next(iter(before.files.values()))
-    assert (state.sensitive, state.sha256, state.text) == (True, None, None)  # never read
+    (state,) = before.files.values()
+    assert (state.sensitive, state.text, state.binary) == (True, None, False)  # hashed, never kept
+    assert state.sha256 == hashlib.sha256(first).hexdigest()
     assert SECRET not in repr(before)
-    write(tmp_path / name, f"KEY={SECRET}-rotated-and-longer\n")
+    write(tmp_path / name, second)
     payload = record_workspace_changes(journal, before)
     assert payload is not None
     entry = by_path(payload)[name]
-    assert entry["status"] == "modified"
-    assert entry["sensitive"] is True
-    assert entry["diff"] is None
+    assert (entry["status"], entry["sensitive"], entry["binary"]) == ("modified", True, False)
+    assert (entry["diff"], entry["additions"], entry["deletions"]) == (None, 0, 0)
     assert [entry[key] for key in ("size_before", "size_after", "sha256_before", "sha256_after")] == [
-        None, None, None, None
+        len(first), len(second), hashlib.sha256(first).hexdigest(), hashlib.sha256(second).hexdigest()
     ]
+    assert journal.records[0]["content"] == "1 file(s) changed +0 -0"
     assert SECRET not in json.dumps(journal.records)
+
+
+def test_a_secret_the_scan_may_not_read_is_still_listed_by_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path / "id_rsa", "one\n")
+    real_open = os.open
+
+    def denied(path: str, flags: int, *args: Any) -> int:
+        if os.path.basename(path) == "id_rsa":
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", denied)
+    before = WorkspaceSnapshot.capture(tmp_path)
+    (state,) = before.files.values()
+    assert (state.sensitive, state.sha256, state.size, before.unreadable) == (True, None, 4, 0)
+    write(tmp_path / "id_rsa", "longer\n")
+    payload = record_workspace_changes(RecordingJournal(), before)
+    assert payload is not None
+    entry = by_path(payload)["id_rsa"]
+    assert (entry["status"], entry["size_before"], entry["size_after"], entry["sha256_after"]) == (
+        "modified", 4, 7, None
+    )
+
+
+@pytest.mark.parametrize("name", NOT_SENSITIVE_NAMES)
+def test_names_that_merely_contain_a_secret_word_are_diffed(tmp_path: Path, name: str) -> None:
+    write(tmp_path / name, "one\n")
+    payload = changes(tmp_path, lambda: write(tmp_path / name, "one\ntwo\n"))
+    assert payload is not None
+    entry = by_path(payload)[name]
+    assert (entry["sensitive"], entry["additions"]) == (False, 1)
+    assert "+two" in entry["diff"]
+
+
+def test_a_rotated_secret_of_the_same_size_and_mtime_is_a_change(tmp_path: Path) -> None:
+    write(tmp_path / ".env", "API_KEY=aaaa\n")
+    os.utime(tmp_path / ".env", ns=(10**18, 10**18))
+    before = WorkspaceSnapshot.capture(tmp_path)
+    write(tmp_path / ".env", "API_KEY=bbbb\n")
+    os.utime(tmp_path / ".env", ns=(10**18, 10**18))
+    payload = record_workspace_changes(RecordingJournal(), before)  # size and mtime are the same
+    assert payload is not None
+    entry = by_path(payload)[".env"]
+    assert (entry["status"], entry["sensitive"], entry["diff"]) == ("modified", True, None)
+    assert entry["sha256_before"] != entry["sha256_after"]
 
 
 def test_symlink_outside_the_root_is_recorded_never_followed(tmp_path: Path) -> None:
@@ -308,6 +428,36 @@ def test_listed_files_are_capped_but_all_changes_are_counted(tmp_path: Path) -> 
     assert payload["summary"]["created"] == 5
     assert payload["summary"]["files_omitted"] == 3
     assert payload["summary"]["truncated"] is True
+
+
+def test_capped_list_still_counts_the_lines_of_every_changed_file(tmp_path: Path) -> None:
+    write(tmp_path / "c.txt", "old\n")
+    write(tmp_path / "d.txt", "one\ntwo\nthree\n")
+
+    def mutate() -> None:
+        write(tmp_path / "a.txt", "a\n")  # +1
+        write(tmp_path / "b.txt", "b\n")  # +1
+        write(tmp_path / "c.txt", "new\n")  # +1 -1
+        write(tmp_path / "d.txt", "one\nthree\n")  # -1
+        write(tmp_path / "e.bin", b"\x00binary")  # +0 -0
+        write(tmp_path / "f.env", "SECRET=x\n")  # sensitive: +0 -0
+
+    journal = RecordingJournal()
+    before = WorkspaceSnapshot.capture(tmp_path, limits=WorkspaceLimits(max_listed_files=1))
+    mutate()
+    payload = record_workspace_changes(journal, before)
+    assert payload is not None
+    assert [entry["path"] for entry in payload["files"]] == ["a.txt"]
+    summary = payload["summary"]
+    assert (summary["files_omitted"], summary["truncated"]) == (5, True)
+    assert (summary["additions"], summary["deletions"]) == (3, 2)
+    assert journal.records[0]["content"] == "6 file(s) changed +3 -2"
+    # The same totals as when every file is listed.
+    uncapped = WorkspaceSnapshot.capture(tmp_path)
+    listed = workspace_changes(before, uncapped)  # the later snapshot's limits apply
+    assert listed is not None
+    assert sum(entry["additions"] for entry in listed["files"]) == listed["summary"]["additions"] == 3
+    assert sum(entry["deletions"] for entry in listed["files"]) == listed["summary"]["deletions"] == 2
 
 
 def test_payload_always_fits_in_metadata(tmp_path: Path) -> None:

@@ -1,20 +1,6 @@
-"""Workspace changes: what files a run created, modified or deleted, as one bounded ``workspace_changes``.
+"""Comparing two workspace snapshots into one bounded ``workspace_changes`` payload, and recording it.
 
-Take a :class:`WorkspaceSnapshot` before the run and call :func:`record_workspace_changes` after it.
-The event is evidence for a reviewer, so it is safe by default:
-
-- secret-looking files (``.env*``, keys, ``*secret*``, ``*token*``, ``*password*``, ``*credential*``,
-  anything under ``.ssh`` / ``.gnupg`` / ``.aws``) are listed without size, hash or diff, and a
-  snapshot never reads them: their change is detected from size and mtime only;
-- binary files are listed with sizes and hashes, without a diff;
-- symlinks are recorded by their target text and never followed; special files are ignored;
-- heavy folders (VCS data, ``node_modules``, virtualenvs, caches, build output) are skipped;
-- everything is bounded (:class:`WorkspaceLimits`): files scanned, text kept per file and in total,
-  diff bytes per file and in total, files listed, and the payload as a whole (it lives in metadata,
-  which a store caps at 1 MiB). Whatever a limit cut is flagged ``truncated``.
-
-Scanning is blocking file I/O: async code uses ``acapture`` / ``arecord_workspace_changes``, which
-run it in a worker thread so the event loop never waits on the disk.
+The rules both sides follow are in the package's docstring (:mod:`run_journal.workspace`).
 """
 
 from __future__ import annotations
@@ -26,28 +12,13 @@ from dataclasses import asdict
 from typing import Any, Final, Protocol
 
 from run_journal.envelope import JsonObject, dumps
-from run_journal.workspace_scan import (
-    SENSITIVE_DIRS,
-    SENSITIVE_PATTERNS,
-    SKIPPED_DIRS,
-    FileState,
-    Key,
-    WorkspaceLimits,
-    WorkspaceSnapshot,
-    is_sensitive,
-)
+from run_journal.workspace.snapshot import FileState, Key, WorkspaceLimits, WorkspaceSnapshot
 
 __all__ = [
     "PAYLOAD_BUDGET",
     "PAYLOAD_VERSION",
-    "SENSITIVE_DIRS",
-    "SENSITIVE_PATTERNS",
-    "SKIPPED_DIRS",
-    "FileState",
-    "WorkspaceLimits",
-    "WorkspaceSnapshot",
+    "EventJournal",
     "arecord_workspace_changes",
-    "is_sensitive",
     "record_workspace_changes",
     "summary_line",
     "unified_diff",
@@ -87,8 +58,12 @@ def workspace_changes(before: WorkspaceSnapshot, after: WorkspaceSnapshot) -> Js
         status: sum(1 for change in changes if change[0] == status)
         for status in ("created", "modified", "deleted")
     }
-    summary["additions"] = sum(_int(entry["additions"]) for entry in files)
-    summary["deletions"] = sum(_int(entry["deletions"]) for entry in files)
+    additions = sum(_int(entry["additions"]) for entry in files)
+    deletions = sum(_int(entry["deletions"]) for entry in files)
+    for _, _, old, new in changes[limits.max_listed_files :]:  # not listed, still counted
+        more, fewer = _line_counts(old, new)
+        additions, deletions = additions + more, deletions + fewer
+    summary["additions"], summary["deletions"] = additions, deletions
     summary["truncated"] = truncated
     summary["files_omitted"] = len(changes) - len(files)
     summary["unreadable"] = before.unreadable + after.unreadable
@@ -104,6 +79,29 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) else 0
 
 
+def _texts(old: FileState | None, new: FileState | None) -> tuple[str, str] | None:
+    """The text before and after a change, or None when it is not diffed (sensitive, symlink,
+    binary, or too large to keep)."""
+    states = [state for state in (old, new) if state is not None]
+    if any(state.sensitive or state.symlink or state.binary or state.text is None for state in states):
+        return None
+    return ("" if old is None else old.text or ""), ("" if new is None else new.text or "")
+
+
+def _line_counts(old: FileState | None, new: FileState | None) -> tuple[int, int]:
+    """Lines added and deleted by a change, as its diff counts them (0, 0 when it is not diffed)."""
+    texts = _texts(old, new)
+    if texts is None:
+        return 0, 0
+    matcher = difflib.SequenceMatcher(None, texts[0].splitlines(), texts[1].splitlines())
+    additions = deletions = 0
+    for tag, first, last, start, end in matcher.get_opcodes():
+        if tag != "equal":
+            deletions += last - first
+            additions += end - start
+    return additions, deletions
+
+
 def _entry(
     status: str, key: Key, old: FileState | None, new: FileState | None,
     limits: WorkspaceLimits, budget: int,
@@ -115,10 +113,10 @@ def _entry(
     root, path = key
     entry: JsonObject = {
         "path": path, "root": root, "status": status,
-        "size_before": None if old is None or sensitive or old.symlink else old.size,
-        "size_after": None if new is None or sensitive or new.symlink else new.size,
-        "sha256_before": None if old is None or sensitive else old.sha256,
-        "sha256_after": None if new is None or sensitive else new.sha256,
+        "size_before": None if old is None or old.symlink else old.size,
+        "size_after": None if new is None or new.symlink else new.size,
+        "sha256_before": None if old is None else old.sha256,
+        "sha256_after": None if new is None else new.sha256,
         "diff": None, "additions": 0, "deletions": 0,
         "binary": binary, "sensitive": sensitive, "truncated": False, "symlink": symlink,
     }
@@ -127,11 +125,11 @@ def _entry(
         entry["link_target_after"] = None if new is None else new.link_target
     if sensitive or symlink or binary:
         return entry, 0
-    if any(state.text is None for state in states):
+    texts = _texts(old, new)
+    if texts is None:
         entry["truncated"] = True  # too large to keep: compared by hash, not diffed
         return entry, 0
-    before_text = "" if old is None else old.text or ""
-    after_text = "" if new is None else new.text or ""
+    before_text, after_text = texts
     diff, additions, deletions = unified_diff(path, before_text, after_text, old is None, new is None)
     entry["additions"], entry["deletions"] = additions, deletions
     data = diff.encode("utf-8")

@@ -1,16 +1,20 @@
 """Workspace snapshots: the files under some folders at one moment, read safely and within bounds.
 
-``workspace.py`` compares two snapshots into a run's ``workspace_changes``; the rules a snapshot
-follows (secrets never read, heavy folders skipped, symlinks not followed, every bound in
-:class:`WorkspaceLimits`) are listed there.
+``changes.py`` compares two snapshots into a run's ``workspace_changes``. The rules a snapshot follows
+(secret-looking files hashed but never kept, heavy folders skipped, symlinks not followed, every bound
+in :class:`WorkspaceLimits`) are listed in the package's docstring; which names look secret is
+:func:`is_sensitive`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import fnmatch
+import functools
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -23,15 +27,39 @@ SKIPPED_DIRS: Final = frozenset({
 })
 """Folder names never descended into (plus ``*.egg-info`` and any folder holding ``pyvenv.cfg``)."""
 SENSITIVE_DIRS: Final = frozenset({".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker"})
+"""Folder names whose files are all sensitive, at any depth."""
 SENSITIVE_PATTERNS: Final = (
     ".env", ".env.*", "*.env", ".envrc", "*.pem", "*.key", "*.p12", "*.pfx", "*.keystore", "*.jks",
     "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".netrc", ".pgpass", ".htpasswd", "*.kdbx",
-    "*secret*", "*token*", "*password*", "*passwd*", "*credential*",
+    ".npmrc", ".pypirc", ".dockercfg", ".s3cfg", ".git-credentials",
 )
-"""Lower-cased file-name patterns treated as secrets (listed, never read)."""
+"""Lower-cased file-name patterns of well-known secret files (``fnmatch``, whole name).
+
+The ``id_*`` patterns cover the ``.pub`` halves of SSH key pairs too: they sit next to the private
+key, name a person or a host, and are never worth a diff."""
+SENSITIVE_WORDS: Final = re.compile(
+    r"(?:.*(?:secret|token|password|passwd|passphrase|credential|kubeconfig)s?"
+    r"|(?:api|private|secret|access|signing|master|encryption|ssh|gpg|pgp|auth|client|deploy)?keys?"
+    r"|creds)(?:file|store|pair)?"
+)
+"""A word of a file name that names a secret (matched against the whole word, lower-cased).
+
+A name's words are its runs of letters, split at camelCase: ``client-secret.yaml`` is ``client``,
+``secret``, ``yaml``; ``apiKey.txt`` is ``api``, ``key``, ``txt``. A word is a secret's name when it
+ends with secret, token, password, passwd, passphrase, credential or kubeconfig (plural allowed:
+``mysecrets``, ``githubtoken``, ``dbpassword``), is creds, or is key(s), alone or after a qualifier
+(``apikey``, ``privatekey``, ``sshkeys``); any of these may be followed by file, store or pair
+(``keyfile``, ``keypair``, ``tokenstore``). Words that merely contain one (``keyboard``, ``monkey``,
+``tokenizer``, ``secretary``, ``passwordless``) are not."""
 _SNIFF_BYTES: Final = 8192
 _READ_CHUNK: Final = 1024 * 1024
 _OPEN_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+_CAMEL_BOUNDARY: Final = re.compile(r"(?<=[a-z])(?=[A-Z])")
+_LETTERS: Final = re.compile(r"[^\W\d_]+")
+_BOMS: Final = (  # UTF-32 first: its little-endian mark starts with UTF-16's (FF FE)
+    (codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +87,7 @@ class WorkspaceLimits:
 
 @dataclass(frozen=True, slots=True)
 class FileState:
-    """What a snapshot knows about one path. Sensitive files carry only size and mtime."""
+    """What a snapshot knows about one path. Sensitive files carry size, mtime and sha256, never text."""
 
     size: int
     mtime_ns: int
@@ -132,11 +160,23 @@ def _as_roots(roots: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) 
 
 
 def is_sensitive(parts: tuple[str, ...]) -> bool:
-    """Whether a relative path looks like it holds a secret (by its name or a parent folder)."""
-    name = parts[-1].lower()
+    """Whether a relative path looks like it holds a secret.
+
+    It does when a parent folder is one of :data:`SENSITIVE_DIRS`, the file name matches one of
+    :data:`SENSITIVE_PATTERNS`, or a word of the name is a secret's name (:data:`SENSITIVE_WORDS`).
+    """
     if any(part.lower() in SENSITIVE_DIRS for part in parts[:-1]):
         return True
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in SENSITIVE_PATTERNS)
+    return _sensitive_name(parts[-1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _sensitive_name(name: str) -> bool:
+    lowered = name.lower()
+    if any(fnmatch.fnmatchcase(lowered, pattern) for pattern in SENSITIVE_PATTERNS):
+        return True
+    words = _LETTERS.findall(_CAMEL_BOUNDARY.sub(" ", name).lower())
+    return any(SENSITIVE_WORDS.fullmatch(word) for word in words)
 
 
 def _skipped_dir(name: str, path: str) -> bool:
@@ -204,21 +244,23 @@ class _Scanner:
 
     def _state(self, parts: tuple[str, ...], path: str, kind: str) -> FileState | None:
         sensitive = is_sensitive(parts)
+        info = None
         try:
             info = os.lstat(path)
             if kind == "link":
                 target = os.readlink(path)
                 return FileState(info.st_size, info.st_mtime_ns, sensitive=sensitive, link_target=target)
-            if sensitive:
-                return FileState(info.st_size, info.st_mtime_ns, sensitive=True)
-            return self._read(path)
+            return self._read(path, sensitive)
         except FileNotFoundError:
             return None  # removed while we scanned: the next snapshot will say so
         except OSError:
+            if sensitive and info is not None:  # a secret we may not read: compared by size and mtime
+                return FileState(info.st_size, info.st_mtime_ns, sensitive=True)
             self.unreadable += 1
             return None
 
-    def _read(self, path: str) -> FileState | None:
+    def _read(self, path: str, sensitive: bool) -> FileState | None:
+        """Hash the file; keep its text when it is text within the limits and not sensitive."""
         descriptor = os.open(path, _OPEN_FLAGS)
         with os.fdopen(descriptor, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -226,22 +268,52 @@ class _Scanner:
                 return None  # swapped for a FIFO or device since the listing: never read those
             size = info.st_size
             head = handle.read(_SNIFF_BYTES)
-            binary = b"\0" in head
+            encoding = None if sensitive else _text_encoding(head)
+            binary = not sensitive and encoding is None
             if size > self.limits.max_hash_bytes:
-                return FileState(size, info.st_mtime_ns, binary=binary, text_omitted=not binary)
+                omitted = encoding is not None
+                return FileState(size, info.st_mtime_ns, binary=binary, sensitive=sensitive,
+                                 text_omitted=omitted)
             digest = hashlib.sha256(head)
-            keep = not binary and size <= self.limits.max_file_bytes and size <= self.text_budget
+            keep = encoding is not None and size <= self.limits.max_file_bytes and size <= self.text_budget
             kept = [head] if keep else []
             while chunk := handle.read(_READ_CHUNK):
                 digest.update(chunk)
                 if keep:
                     kept.append(chunk)
+        if sensitive:
+            return FileState(size, info.st_mtime_ns, digest.hexdigest(), sensitive=True)
         text = None
-        if keep:
-            try:
-                text = b"".join(kept).decode("utf-8")
-                self.text_budget -= size
-            except UnicodeDecodeError:
+        if keep and encoding is not None:
+            text = _decode(b"".join(kept), encoding)
+            if text is None:
                 binary = True
+            else:
+                self.text_budget -= size
         omitted = not binary and text is None
         return FileState(size, info.st_mtime_ns, digest.hexdigest(), text, binary, text_omitted=omitted)
+
+
+def _text_encoding(head: bytes) -> str | None:
+    """How a file that starts with ``head`` is decoded, or None for binary.
+
+    A UTF-32 or UTF-16 byte-order mark makes it text in that encoding (either byte order); otherwise
+    a NUL byte makes it binary and anything else is read as UTF-8.
+    """
+    for bom, encoding in _BOMS:
+        if head.startswith(bom):
+            return encoding
+    return None if b"\0" in head else "utf-8"
+
+
+def _decode(data: bytes, encoding: str) -> str | None:
+    """The text of ``data``, or None when it is not text in ``encoding`` (then it is binary).
+
+    UTF-16 and UTF-32 text holds no NUL character: one means binary data that happens to start
+    with a byte-order mark (FF FE is also the start of UTF-32).
+    """
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError:
+        return None
+    return None if encoding != "utf-8" and "\0" in text else text
