@@ -1,0 +1,176 @@
+"""The HTTP API as an application: its schema, the viewer's files, mounting, and ``run-journal serve``."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the HTTP API needs the serve extra")
+httpx = pytest.importorskip("httpx", reason="the HTTP tests need httpx (dev extra)")
+
+from fastapi import FastAPI  # noqa: E402
+from starlette.applications import Starlette  # noqa: E402
+from starlette.routing import Mount  # noqa: E402
+
+from run_journal import MemoryRunEventStore, open_store  # noqa: E402
+from run_journal.http import create_app, router  # noqa: E402
+
+RUN_JOURNAL = str(Path(sys.executable).with_name("run-journal"))
+ENDPOINTS = {
+    "/api/threads",
+    "/api/threads/{thread_id}/runs",
+    "/api/threads/{thread_id}/runs/{run_id}",
+    "/api/threads/{thread_id}/messages/page",
+    "/api/threads/{thread_id}/runs/{run_id}/messages",
+    "/api/threads/{thread_id}/runs/{run_id}/events",
+    "/api/threads/{thread_id}/runs/{run_id}/workspace-changes",
+    "/api/threads/{thread_id}/token-usage",
+    "/api/threads/{thread_id}/events/stream",
+}
+
+
+async def seeded() -> MemoryRunEventStore:
+    store = MemoryRunEventStore()
+    await store.put(thread_id="t1", run_id="r1", event_type="run.start", category="trace")
+    return store
+
+
+async def test_the_openapi_schema_documents_every_endpoint() -> None:
+    app = create_app(await seeded(), token="x")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://j") as client:
+        schema = (await client.get("/api/openapi.json")).json()
+        assert (await client.get("/docs")).status_code == 404  # Swagger UI would load from a CDN
+    assert set(schema["paths"]) == ENDPOINTS
+    assert all(set(item) == {"get"} for item in schema["paths"].values())  # read-only
+    events = schema["paths"]["/api/threads/{thread_id}/runs/{run_id}/events"]["get"]
+    assert {p["name"] for p in events["parameters"]} >= {"event_types", "task_id", "limit", "after_seq"}
+    assert set(events["responses"]) >= {"200", "400", "401", "404"}
+    assert "HTTPBearer" in schema["components"]["securitySchemes"]
+
+
+async def test_viewer_files_are_served_with_a_strict_content_security_policy() -> None:
+    app = create_app(await seeded())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://j") as client:
+        page = await client.get("/")
+        assert page.headers["content-type"] == "text/html; charset=utf-8"
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        sources = re.findall(r'(?:src|href)="([^"#]+)"', page.text)
+        assert sources == ["data:,", "static/viewer.css", "static/viewer.js"]  # relative: mountable
+        for name, kind in (("viewer.js", "text/javascript"), ("viewer.css", "text/css")):
+            response = await client.get(f"/static/{name}")
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith(kind)
+            assert "http://" not in response.text
+            assert "https://" not in response.text
+        assert (await client.get("/static/index.html")).status_code == 404
+        assert (await client.get("/static/..%2Fapi.py")).status_code == 404
+    without = create_app(await seeded(), viewer=False)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=without), base_url="http://j") as client:
+        assert (await client.get("/")).status_code == 404
+        assert (await client.get("/api/threads")).status_code == 200
+
+
+async def test_the_router_goes_into_a_fastapi_app_and_the_app_under_any_asgi_prefix() -> None:
+    store = await seeded()
+    host = FastAPI()
+    host.include_router(router(store, token="t"), prefix="/journal")
+    mounted = Starlette(routes=[Mount("/tools/journal", app=create_app(store))])
+    for app, prefix, headers in ((host, "/journal", {"Authorization": "Bearer t"}),
+                                 (mounted, "/tools/journal", {})):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://j", headers=headers) as client:
+            threads = await client.get(f"{prefix}/api/threads")
+            assert threads.status_code == 200
+            assert threads.json()["data"][0]["thread_id"] == "t1"
+            bad = await client.get(f"{prefix}/api/threads/t1/runs/r1/events", params={"limit": 0})
+            assert bad.status_code == 400
+            assert bad.json()["error"] == "bad_request"
+            assert (await client.get(f"{prefix}/api/threads/t9/runs")).status_code == 404
+            page = await client.get(f"{prefix}/")
+            assert page.status_code == 200
+            assert (await client.get(f"{prefix}/static/viewer.js")).status_code == 200
+
+
+async def test_an_app_given_a_url_opens_and_closes_its_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/j.db"
+    async with open_store(url) as store:
+        await store.put(thread_id="t1", run_id="r1", event_type="run.start", category="trace")
+    app = create_app(url)
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport,
+                                                                   base_url="http://j") as client:
+        assert (await client.get("/api/threads")).json()["data"][0]["thread_id"] == "t1"
+
+
+def test_the_core_package_never_imports_the_web_stack() -> None:
+    code = ("import sys, run_journal, run_journal.cli, run_journal.projections\n"
+            "loaded = {'fastapi', 'starlette', 'uvicorn', 'sse_starlette'} & set(sys.modules)\n"
+            "assert not loaded, loaded\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# -- run-journal URL serve -----------------------------------------------------------------------------
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    url = f"sqlite:///{tmp_path}/journal.db"
+    seed = ("import asyncio\nfrom run_journal import open_store\nasync def main():\n"
+            f"    async with open_store({url!r}) as s:\n"
+            "        await s.put(thread_id='t1', run_id='r1', event_type='run.start', category='trace')\n"
+            "asyncio.run(main())\n")
+    subprocess.run([sys.executable, "-c", seed], check=True, timeout=60)
+    env = {**os.environ, "RUN_JOURNAL_TOKEN": "from-env"}
+    process = subprocess.Popen([RUN_JOURNAL, url, "serve", "--port", "0"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    assert process.stdout is not None
+    banner = process.stdout.readline()
+    match = re.search(r"at (http://127\.0\.0\.1:\d+/)", banner)
+    assert match, banner + (process.stderr.read() if process.stderr else "")
+    yield match[1], process
+    if process.poll() is None:
+        process.kill()
+        process.wait(10)
+
+
+def test_serve_listens_on_loopback_asks_for_the_token_and_stops_cleanly_on_ctrl_c(
+    served: tuple[str, subprocess.Popen[str]],
+) -> None:
+    base, process = served
+    with httpx.Client(base_url=base, timeout=10) as client:
+        assert client.get("api/threads").status_code == 401
+        answer = client.get("api/threads", headers={"Authorization": "Bearer from-env"})
+        assert answer.status_code == 200
+        assert answer.json()["data"][0]["thread_id"] == "t1"
+        assert client.get("").status_code == 200
+    process.send_signal(signal.SIGINT)
+    assert process.wait(15) == 0
+    assert "Traceback" not in (process.stderr.read() if process.stderr else "")
+
+
+def test_serve_refuses_a_port_in_use_in_one_line(served: tuple[str, subprocess.Popen[str]]) -> None:
+    base, _ = served
+    port = base.rsplit(":", 1)[1].strip("/")
+    started = time.monotonic()
+    done = subprocess.run([RUN_JOURNAL, "memory://", "serve", "--port", port], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert time.monotonic() - started < 60
+    assert done.stderr.count("\n") == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+
+
+def test_serve_help_names_its_options() -> None:
+    done = subprocess.run([RUN_JOURNAL, "memory://", "serve", "--help"], capture_output=True, text=True,
+                          timeout=60, check=True)
+    text: Any = done.stdout
+    for option in ("--host", "--port", "--token", "--user-header"):
+        assert option in text
