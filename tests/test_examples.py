@@ -115,3 +115,29 @@ def test_postgres_workers_share_one_dense_thread(tmp_path: Path, postgres_databa
 def test_postgres_workers_skips_without_a_server(tmp_path: Path) -> None:
     out = run_example("postgres_workers.py", tmp_path, "postgresql://postgres@127.0.0.1:9/none")
     assert out.startswith("skipped: no PostgreSQL server reachable at postgresql://postgres@127.0.0.1:9/none")
+
+
+def test_agent_middleware_attributes_the_summarizer_and_writes_hook_events(tmp_path: Path) -> None:
+    for _ in range(2):  # runnable again against the same store
+        out = run_example("agent_middleware.py", tmp_path)
+        assert "human input: How much is 120 EUR in dollars?" in out
+        assert "last answer: 120 EUR is 129.60 USD." in out
+        assert "tokens by lead_agent: 101 in 2 call(s)" in out
+        assert "tokens by middleware:summarization: 624 in 2 call(s)" in out
+        changes = {"messages": {"removed": "all", "added": 3}}
+        assert f"middleware:summarization: before_model update {changes}" in out
+        assert "middleware:model_call_limit: after_model update" in out
+        shown = ["llm.human.input", "llm.ai.response", "llm.tool.result", "llm.ai.response"]
+        assert f"thread history: {shown}" in out
+
+
+def test_deep_agent_journals_its_subagent_as_a_task(tmp_path: Path) -> None:
+    for _ in range(2):
+        out = run_example("deep_agent.py", tmp_path)
+        assert "subagent.start call-research-1 subagent:researcher Find the cheapest direct flight" in out
+        assert "subagent.end call-research-1 subagent:researcher completed" in out
+        assert "  step 1: tool 'CDG-JFK: 3 direct flights tomorrow, cheapest 420 EUR'" in out
+        assert "  step 2: ai 'Cheapest direct flight: 420 EUR.'" in out
+        assert "tokens by subagent:researcher: 75" in out
+        assert "('llm.ai.response', 'The cheapest direct flight tomorrow costs 420 EUR.')]" in out
+        assert "('llm.ai.response', 'Cheapest direct flight: 420 EUR.')" not in out
