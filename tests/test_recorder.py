@@ -129,3 +129,21 @@ def test_producers_refuse_the_legacy_alias_and_name_the_canonical_event() -> Non
     with pytest.raises(ValueError, match=r"legacy.*'llm\.ai\.response'"):
         rec.record("ai_message", "hello", None, "lead_agent")
     assert rec.held == []
+
+
+def test_usage_reported_by_two_streamed_tasks_of_one_subagent_is_counted_for_each_task() -> None:
+    from run_journal.subagents import subagent_run_event
+
+    rec = recorder()
+    rec.chain_start(uuid.uuid4(), None, "graph", {"messages": []}, [], {})
+    for task in ("k1", "k2"):
+        for chunk in ({"type": "task_started", "task_id": task, "description": "d", "subagent": "researcher"},
+                      {"type": "task_completed", "task_id": task, "usage": usage(7, 3)},
+                      {"type": "task_completed", "task_id": task, "usage": usage(7, 3)}):  # a repeat
+            mapped = subagent_run_event(chunk)
+            assert mapped is not None
+            rec.record_subagent(mapped)
+    row = rec.row()
+    assert row is not None
+    bucket = row.usage_by_caller["subagent:researcher"]
+    assert (bucket.llm_calls, bucket.total_tokens) == (2, 20)
