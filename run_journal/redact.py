@@ -79,12 +79,13 @@ def redact_json_text(text: str, redact: Redactor) -> str:
 
 
 _SECRET_HINT: Final = re.compile(
-    r"api[\W_]?key|auth|passw|pwd|secret|token(?!s)|credential|cookie|session[\W_]?id|"
-    r"(?:private|access)[\W_]?key|args|arguments|partial_json",
+    r"api[\W_]?key|auth|passw|pwd|secret|credential|cookie|session[\W_]?id|(?:private|access)[\W_]?key"
+    r'|token\\?"'  # a key ending in token (the quote may be escaped inside a JSON string)
+    r'|"(?:args|arguments|partial_json)":"',  # JSON text in a string
     re.IGNORECASE,
 )
-"""Every spelling :func:`is_secret_key` or the JSON-text keys could match shows one of these in
-the JSON text; a text without any needs no walk."""
+"""Every key :func:`is_secret_key` matches, and every JSON-text argument string, shows one of these
+in the canonical JSON text (a superset: ``author`` matches too); a text without any needs no walk."""
 
 
 def redacted_text(text: str, redact: Redactor) -> str:
