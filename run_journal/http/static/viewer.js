@@ -35,7 +35,10 @@
   const enc = encodeURIComponent;
   const num = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
   const cost = (c) => (c === null || c === undefined ? "–" : "$" + Number(c).toFixed(4));
-  const clock = (iso) => (iso ? iso.slice(11, 23) : "");
+  function clock(iso) {     // HH:MM:SS.mmm of an ISO time (isoformat drops a zero fraction)
+    const m = /T(\d\d:\d\d:\d\d)(?:\.(\d+))?/.exec(iso || "");
+    return m ? m[1] + "." + (m[2] || "").padEnd(3, "0").slice(0, 3) : "";
+  }
   const when = (iso) => (iso ? iso.slice(0, 16).replace("T", " ") : "–");
   function took(ms) {
     if (ms === null || ms === undefined) return "–";
@@ -243,14 +246,15 @@
     const stats = h("div", { class: "panel", id: "run-stats" });
     const timeline = h("div", { class: "timeline", id: "timeline" });
     const pager = h("div", { class: "pager", id: "pager" });
-    state.nodes = { status, live, stats, timeline, pager };
+    const pagerBottom = h("div", { class: "pager" });
+    state.nodes = { status, live, stats, timeline, pager, pagerBottom };
     const chartPanel = h("div", { class: "panel", id: "usage" }, h("h2", {}, "Token usage"), usageChart({
       by_model: run.usage_by_model, by_caller: run.usage_by_caller }));
     fill(main,
       h("h1", {}, "Run ", h("span", { class: "mono" }, runId), status, live),
       stats,
       h("div", { class: "grid2" }, chartPanel, workspacePanel(review)),
-      h("div", { class: "panel" }, h("h2", {}, "Timeline"), pager, timeline));
+      h("div", { class: "panel" }, h("h2", {}, "Timeline"), pager, timeline, pagerBottom));
     fillStats(state);
     drawTimeline(state);
     if (run.status === "running" || run.status === "pending") followRun(state);
@@ -297,10 +301,13 @@
     const first = events.length ? events[0].seq : after;
     const last = events.length ? events[events.length - 1].seq : after;
     const link = (cursor) => "#/t/" + enc(state.threadId) + "/r/" + enc(state.runId) + (cursor ? "?after=" + cursor : "");
-    fill(nodes.pager,
+    const controls = (top) => [
       after ? h("a", { class: "button", href: link(0) }, "« First") : null,
-      h("span", { class: "muted", id: "page-range" }, events.length + " event(s), seq " + first + "–" + last),
-      page.has_more ? h("a", { class: "button", id: "next-page", href: link(page.next_after_seq) }, "Next " + PAGE + " ›") : null);
+      h("span", { class: "muted", id: top ? "page-range" : null }, events.length + " event(s), seq " + first + "–" + last),
+      page.has_more ? h("a", { class: "button", id: top ? "next-page" : null, href: link(page.next_after_seq) },
+        "Next " + PAGE + " ›") : null];
+    fill(nodes.pager, controls(true));
+    fill(nodes.pagerBottom, events.length > 30 ? controls(false) : []);
   }
   function eventRow(e, outcome) {
     const caller = field(e.metadata, "caller", "");
@@ -316,7 +323,7 @@
       const size = field(outcome.content, "result_size", null);
       if (size !== null) bits.push(size + " B");
       if (field(outcome.content, "error")) bits.push(field(outcome.content, "error"));
-      text.append(h("span", { class: "outcome " + (ok ? "ok" : "bad"), title: "tool.outcome #" + outcome.seq },
+      text.append(" ", h("span", { class: "outcome " + (ok ? "ok" : "bad"), title: "tool.outcome #" + outcome.seq },
         (ok ? "✓ " : "✗ ") + bits.join(" · ")));
     }
     const row = h("div", { class: classes.join(" "), "data-seq": e.seq, "data-type": e.event_type,

@@ -1,0 +1,242 @@
+"""The run viewer in a real headless Chromium, on a store of recorded LangGraph runs: what a person sees.
+
+Each test opens a page of ``run-journal URL serve`` (its own process) and asserts on the rendered page:
+rows, badges, task cards, the usage chart, diffs; one follows a run while another process writes it.
+Screenshots of every page go to ``$RUN_JOURNAL_SCREENSHOTS`` (``docs/images`` for the README).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from run_journal import open_store
+
+from .conftest import Served
+
+expect = pytest.importorskip("playwright.async_api").expect
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+LIVE_WRITER = Path(__file__).with_name("live_writer.py")
+
+
+async def open_view(page: Any, server: Served, fragment: str, ready: str) -> None:
+    await page.goto(server.url + fragment)
+    await page.wait_for_selector(ready, timeout=15_000)
+
+
+async def texts(page: Any, selector: str) -> list[str]:
+    found: list[str] = await page.locator(selector).all_inner_texts()
+    return [" ".join(text.split()) for text in found]
+
+
+async def shot(page: Any, screenshots: Path, name: str, *, full_page: bool = True) -> None:
+    await page.wait_for_load_state("networkidle")
+    await page.screenshot(path=str(screenshots / f"{name}.png"), full_page=full_page)
+
+
+async def test_threads_page_lists_every_thread_with_its_latest_run(
+    page: Any, server: Served, screenshots: Path
+) -> None:
+    await open_view(page, server, "#/", "#threads tbody tr")
+    rows = await texts(page, "#threads tbody tr")
+    assert [row.split()[0] for row in rows] == ["long-run", "refund-7", "research-1", "support-42",
+                                                "workspace-1"]
+    refund = next(row for row in rows if row.startswith("refund-7"))
+    assert " 2 success " in f" {refund} "  # two runs, the latest (the resumed one) succeeded
+    assert "Please refund my $40 order." not in refund  # the latest run's first message: the resume's
+    await shot(page, screenshots, "viewer-threads")
+    await page.click("text=support-42")
+    await page.wait_for_selector("#runs tbody tr")
+    assert page.url.endswith("#/t/support-42")
+
+
+async def test_a_thread_shows_its_runs_usage_chart_and_conversation(
+    page: Any, server: Served, screenshots: Path
+) -> None:
+    await open_view(page, server, "#/t/refund-7", "#runs tbody tr")
+    runs = await texts(page, "#runs tbody tr")
+    assert [run.split()[:2] for run in runs] == [["refund-asks", "interrupted"],
+                                                 ["refund-resumes", "success"]]
+    chart = await texts(page, ".usage-chart .bar-row")
+    assert chart[0].startswith("fake-gpt")
+    assert "440 tok" in chart[0]
+    conversation = await texts(page, "#conversation .msg")
+    assert conversation[0].endswith("Please refund my $40 order.")
+    assert conversation[-1].endswith("Refund of $40 approved and sent.")
+    await shot(page, screenshots, "viewer-thread")
+
+
+async def test_a_tool_turn_pairs_each_tool_call_with_its_outcome_and_ends_with_the_terminal_event(
+    page: Any, server: Served, screenshots: Path
+) -> None:
+    await open_view(page, server, "#/t/support-42/r/tool-turn", "#timeline .ev")
+    types = await page.locator("#timeline .ev").evaluate_all("rows => rows.map(r => r.dataset.type)")
+    seqs = await page.locator("#timeline .ev").evaluate_all("rows => rows.map(r => +r.dataset.seq)")
+    assert seqs == sorted(seqs)
+    assert seqs[0] == 1
+    assert types[0] == "run.start"
+    assert types[-1] == "run.end"
+    assert "tool.outcome" not in types  # each outcome is shown on its call's row
+    calls = await texts(page, '#timeline .ev[data-type="tool.call"]')
+    assert len(calls) == 2
+    assert 'lookup_order({"order_id":"A-1001"}) ✓ success' in calls[0]
+    assert 'refund_policy({"days":12}) ✓ success' in calls[1]
+    terminal = page.locator("#timeline .ev.terminal")
+    assert await terminal.count() == 1
+    assert "success in" in await terminal.inner_text()
+    answer = await texts(page, '#timeline .ev[data-type="llm.ai.response"]')
+    assert "1,200+40 tok · $0.0034 · fake-gpt" in answer[0]
+    chart = await texts(page, "#usage .bar-row")
+    assert any(row.startswith("fake-gpt") and "2,650 tok · $0.0074 · 2 call(s)" in row for row in chart)
+    assert "success" in await page.inner_text("#run-status")
+    await shot(page, screenshots, "viewer-run")
+    row = page.locator('#timeline .ev[data-type="tool.call"]').first
+    await row.click()
+    detail = await page.locator("#timeline pre.detail").inner_text()
+    assert '"outcome": "success"' in detail
+    assert '"tool_name": "lookup_order"' in detail
+
+
+async def test_a_subagent_run_groups_the_steps_under_their_task_card(
+    page: Any, server: Served, screenshots: Path
+) -> None:
+    await open_view(page, server, "#/t/research-1/r/research", "#timeline .task .step")
+    card = page.locator('#timeline .task[data-task="task-1"]')
+    assert await card.count() == 1
+    await page.wait_for_selector('#timeline .task .pill.st-completed')
+    header = " ".join((await card.locator("header").inner_text()).split())
+    assert "researcher" in header
+    assert "task-1" in header
+    assert "completed" in header
+    assert "Which papers cover event logs?" in header
+    steps = await texts(page, "#timeline .task .step")
+    assert steps == ["#0 ai Searching the index.",
+                     "#1 tool search_papers 3 papers on event logs: 'Seq is all you need', 'Dense logs', "
+                     "'Append-only at scale'",
+                     "#2 ai Found three papers; 'Dense logs' is the closest match."]
+    types = await page.locator("#timeline > .ev").evaluate_all("rows => rows.map(r => r.dataset.type)")
+    assert "subagent.step" not in types
+    assert "subagent.start" not in types
+    chart = await texts(page, "#usage .bar-row")
+    assert any(row.startswith("subagent:researcher") and "850 tok" in row for row in chart)
+    await shot(page, screenshots, "viewer-subagent")
+
+
+async def test_a_run_that_changed_files_shows_them_with_their_diffs(
+    page: Any, server: Served, screenshots: Path
+) -> None:
+    await open_view(page, server, "#/t/workspace-1/r/files", "#workspace .file")
+    files = await texts(page, "#workspace .file header")
+    assert sorted(files) == sorted(["modified app.py +3 −3", "created README.md +3 −0",
+                                    "deleted notes.txt +0 −1"])
+    app = page.locator('#workspace .file[data-path="app.py"]')
+    assert await texts(app, ".diff .del") == ["-def greet():", "- print('hello')", "-greet()"]
+    added = await texts(app, ".diff .add")
+    assert "+def greet(name):" in added
+    assert "+greet('world')" in added
+    assert await texts(page, '#workspace .file[data-path="notes.txt"] .diff .del') == \
+        ["-remember to write the README"]
+    last = await texts(page, "#timeline .ev")
+    assert "workspace_changes" in last[-1]
+    assert "3 file(s) changed" in last[-1]
+    await shot(page, screenshots, "viewer-workspace")
+
+
+async def test_an_interrupted_run_waits_for_a_human_and_its_resume_links_back(
+    page: Any, server: Served
+) -> None:
+    await open_view(page, server, "#/t/refund-7/r/refund-asks", "#timeline .ev.terminal")
+    assert "interrupted" in await page.inner_text("#run-status")
+    terminal = await page.locator("#timeline .ev.terminal").inner_text()
+    assert "run.interrupt" in terminal
+    assert "Approve a $40 refund?" in terminal
+    await open_view(page, server, "#/t/refund-7/r/refund-resumes", "#timeline .ev.terminal")
+    await page.click("#run-stats a")
+    await expect(page).to_have_url(re.compile(r"#/t/refund-7/r/refund-asks$"))
+
+
+async def test_a_ten_thousand_event_run_opens_on_its_first_page_and_pages_on(
+    page: Any, server: Served, screenshots: Path
+) -> None:
+    started = time.monotonic()
+    await open_view(page, server, "#/t/long-run/r/ten-thousand", "#timeline .ev")
+    first_page = time.monotonic() - started
+    assert first_page < 10  # typically well under a second; the guard only catches a full load
+    assert "200 event(s), seq 1–200" in await page.inner_text("#page-range")
+    rows = await page.locator("#timeline .ev").count()
+    assert 130 <= rows <= 200  # tool outcomes are folded into their calls' rows
+    await shot(page, screenshots, "viewer-long-run", full_page=False)
+    await page.click("#next-page")
+    await expect(page.locator("#page-range")).to_contain_text("seq 201–400")
+    for first in (401, 601, 801):
+        await page.click("#next-page")
+        await expect(page.locator("#page-range")).to_contain_text(f"seq {first}–{first + 199}")
+    await page.goto(server.url + "#/t/long-run/r/ten-thousand?after=9900")
+    await expect(page.locator("#page-range")).to_contain_text("seq 9901–10000")
+    assert await page.locator("#next-page").count() == 0
+    assert "run.end" in (await texts(page, "#timeline .ev"))[-1]
+
+
+async def test_a_running_run_is_followed_live_while_another_process_writes_it(
+    page: Any, recorded: dict[str, Any]
+) -> None:
+    url = f"sqlite:///{recorded['root']}/live.db"
+    go = recorded["root"] / "go"
+    writer = await asyncio.create_subprocess_exec(sys.executable, str(LIVE_WRITER), url, str(go))
+    served: Served | None = None
+    try:
+        async with open_store(url) as store:  # wait until the run is in the store, still running
+            for _ in range(400):
+                row = await store.get_run("live-run")
+                called = await store.list_events("live", "live-run", event_types=["tool.call"])
+                if row is not None and row.status == "running" and called:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the live run never showed up")
+        served = await asyncio.to_thread(Served, url)
+        await open_view(page, served, "#/t/live/r/live-run", '#timeline .ev[data-type="tool.call"]')
+        assert "running" in await page.inner_text("#run-status")
+        assert await page.locator("#live.live").count() == 1
+        before = await page.locator("#timeline .ev").count()
+        await asyncio.to_thread(go.touch)  # the writer's tool answers: the run goes on and ends
+        await page.wait_for_selector("#timeline .ev.terminal", timeout=20_000)
+        await page.wait_for_selector("#run-status .st-success", timeout=20_000)
+        assert await page.locator("#live.live").count() == 0
+        after = await texts(page, "#timeline .ev")
+        assert len(after) > before
+        assert "Approved; deploying v2 now." in after[-2]
+        assert "✓ success" in (await texts(page, '#timeline .ev[data-type="tool.call"]'))[0]
+        seqs = await page.locator("#timeline .ev").evaluate_all("rows => rows.map(r => +r.dataset.seq)")
+        assert seqs == sorted(set(seqs))  # no event twice, in order
+        assert await writer.wait() == 0
+    finally:
+        if writer.returncode is None:
+            writer.kill()
+            await writer.wait()
+        if served is not None:
+            await asyncio.to_thread(served.stop)
+
+
+async def test_a_server_with_a_token_asks_for_it_once_per_tab(page: Any, recorded: dict[str, Any]) -> None:
+    served = await asyncio.to_thread(Served, recorded["url"], "--token", "open-sesame")
+    try:
+        await open_view(page, served, "#/", "form.token")
+        await page.fill("form.token input", "wrong")
+        await page.click("form.token button")
+        await page.wait_for_selector("form.token")
+        await page.fill("form.token input", "open-sesame")
+        await page.click("form.token button")
+        await page.wait_for_selector("#threads tbody tr")
+        await page.goto(served.url + "#/t/research-1/r/research")
+        await page.wait_for_selector("#timeline .task .step")
+    finally:
+        await asyncio.to_thread(served.stop)
