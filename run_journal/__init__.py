@@ -3,6 +3,7 @@
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from run_journal import activation
 from run_journal.catalog import Category, middleware_event_type
 from run_journal.envelope import NewEvent, RunEvent
 from run_journal.journal import RunJournal
@@ -66,3 +67,5 @@ __all__ = [
     "subagent_run_event",
     "wrap_subagent_stream",
 ]
+
+activation.activate_from_env()  # RUN_JOURNAL_URL: journal every run of this process

@@ -122,12 +122,49 @@ class _Waiter:
     """A close: once it is answered the drain task ends."""
 
 
+class LoopThread:
+    """An event loop running in a daemon thread of its own, for writers with no running loop: the
+    store they write to lives on this loop only."""
+
+    def __init__(self, name: str = "run-journal-writer") -> None:
+        self.loop = asyncio.new_event_loop()
+        self.ident: int | None = None
+        started = threading.Event()
+        self.thread = threading.Thread(target=self._main, args=(started,), name=name, daemon=True)
+        self.thread.start()
+        started.wait()
+
+    def _main(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.ident = threading.get_ident()
+        started.set()
+        try:
+            self.loop.run_forever()  # until stop()
+            leftovers = asyncio.all_tasks(self.loop)  # store calls abandoned after their deadline
+            for task in leftovers:
+                task.cancel()
+            if leftovers:
+                self.loop.run_until_complete(asyncio.wait(leftovers, timeout=1.0))
+        finally:
+            self.loop.close()
+
+    def stop(self) -> None:
+        """Stop the loop and wait for the thread (from any other thread; a second call is harmless)."""
+        if self.thread is threading.current_thread():
+            return
+        with contextlib.suppress(RuntimeError):  # closed already
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+
+
 class EventWriter:
     """Moves a journal's events and run rows into a store (see the module docstring)."""
 
     def __init__(self, store: RunEventStore | str, *, batch_size: int = 200, flush_interval: float = 0.1,
                  max_pending: int = 10_000, retry: RetryPolicy | None = None,
-                 store_timeout: float = 30.0) -> None:
+                 store_timeout: float = 30.0, worker: LoopThread | None = None) -> None:
+        """``worker``: a loop thread shared with other writers (the store lives on it); the writer
+        uses it and leaves it running when it closes."""
         if batch_size < 1 or max_pending < 1 or flush_interval < 0 or not store_timeout > 0:
             raise ValueError(
                 "batch_size and max_pending must be >= 1, flush_interval >= 0, store_timeout > 0")
@@ -150,7 +187,10 @@ class EventWriter:
         self._resolved: list[DeferredEvent] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self._thread: threading.Thread | None = None
+        self._worker = worker
+        self._owns_worker = False
+        if worker is not None:
+            self._loop, self._loop_thread = worker.loop, worker.ident
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
@@ -162,34 +202,15 @@ class EventWriter:
         """Run on the caller's running loop (if any), unless the writer has started already."""
         with contextlib.suppress(RuntimeError):
             loop = asyncio.get_running_loop()
-            if self._task is None and self._thread is None and not self._submitted:
+            if self._task is None and self._worker is None and not self._submitted:
                 self._loop, self._loop_thread = loop, threading.get_ident()
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
-            if self._loop is not None:
-                return self._loop
-            self._loop = asyncio.new_event_loop()
-            started = threading.Event()
-            self._thread = threading.Thread(target=self._thread_main, args=(self._loop, started),
-                                            name="run-journal-writer", daemon=True)
-            self._thread.start()
-        started.wait()
-        return self._loop
-
-    def _thread_main(self, loop: asyncio.AbstractEventLoop, started: threading.Event) -> None:
-        asyncio.set_event_loop(loop)
-        self._loop_thread = threading.get_ident()
-        started.set()
-        try:
-            loop.run_forever()  # until _stop_thread
-            leftovers = asyncio.all_tasks(loop)  # store calls abandoned after their deadline
-            for task in leftovers:
-                task.cancel()
-            if leftovers:
-                loop.run_until_complete(asyncio.wait(leftovers, timeout=1.0))
-        finally:
-            loop.close()
+            if self._loop is None:
+                self._worker, self._owns_worker = LoopThread(), True
+                self._loop, self._loop_thread = self._worker.loop, self._worker.ident
+            return self._loop
 
     def _on_loop_thread(self) -> bool:
         return threading.get_ident() == self._loop_thread
@@ -303,7 +324,7 @@ class EventWriter:
                 await self._shutdown()
             elif loop is not None and self._reachable(loop):
                 await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._shutdown(), loop))
-            if self._thread is not None:
+            if self._owns_worker:
                 await asyncio.get_running_loop().run_in_executor(None, self._stop_thread)
         finally:
             self._finished = True
@@ -330,6 +351,17 @@ class EventWriter:
             self._finished = True
             stopped.set_result(None)
 
+    def close_soon(self) -> None:
+        """Write what is queued, then let the drain task end, with nobody waiting (a journal that
+        closes itself once its run ended). A failure is logged here and reported by a later flush."""
+        try:
+            future = self._request_flush(None, closing=True)
+        except JournalError:
+            logger.warning("run-journal: could not finish writing a run", exc_info=True)
+            return
+        if future is not None:
+            future.add_done_callback(_log_failure)
+
     def _begin_stop(self) -> tuple[bool, concurrent.futures.Future[None]]:
         """Closes race from several threads: the first one stops the writer, the others wait for it."""
         with self._lock:
@@ -342,7 +374,7 @@ class EventWriter:
         """Work handed to the writer's loop from here will run."""
         if loop.is_closed():
             return False
-        if self._thread is not None:
+        if self._worker is not None:
             return True
         try:
             running = asyncio.get_running_loop()
@@ -399,12 +431,8 @@ class EventWriter:
                     JournalError(f"the journal is closed; {unwritten} event(s) unwritten"))
 
     def _stop_thread(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None or thread is threading.current_thread():
-            return
-        with contextlib.suppress(RuntimeError):  # closed already
-            loop.call_soon_threadsafe(loop.stop)
-        thread.join()
+        if self._worker is not None and self._owns_worker:
+            self._worker.stop()
 
     # -- the drain task (the writer's loop) --------------------------------------------------------
     async def _drain(self) -> None:
@@ -603,3 +631,8 @@ class EventWriter:
             if not waiter.future.done():
                 waiter.future.set_result(None)
         return closed
+
+
+def _log_failure(future: concurrent.futures.Future[None] | asyncio.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        logger.warning("run-journal: a run could not be written: %s", future.exception())

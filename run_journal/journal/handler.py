@@ -22,6 +22,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 
+from run_journal import activation
 from run_journal.envelope import NewEvent, new_event_id, validate_id
 from run_journal.journal import payloads as p
 from run_journal.journal.recorder import RunRecorder
@@ -52,8 +53,9 @@ class RunJournal(BaseCallbackHandler):
     Pass it as ``config={"callbacks": [journal]}``, then make it durable with ``await
     journal.flush()`` / ``await journal.aclose()`` / ``async with journal:`` (or ``with journal:``
     around sync code). ``store`` is a ``RunEventStore`` or a store URL (opened and closed by the
-    journal on its writer's loop, the convenient form for sync graphs). Options are documented in
-    ``docs/journal.md``.
+    journal on its writer's loop, the convenient form for sync graphs); with none, the process's
+    store named by ``RUN_JOURNAL_URL`` (see ``run_journal.activation``), and the journal closes
+    itself when its run ends. Options are documented in ``docs/journal.md``.
     """
 
     run_inline = True
@@ -61,7 +63,7 @@ class RunJournal(BaseCallbackHandler):
 
     def __init__(
         self,
-        store: RunEventStore | str,
+        store: RunEventStore | str | None = None,
         *,
         thread_id: str | None = None,
         run_id: str | None = None,
@@ -80,6 +82,11 @@ class RunJournal(BaseCallbackHandler):
         super().__init__()
         if row_interval < 0:
             raise ValueError("row_interval must be >= 0")
+        worker = None
+        self._closes_itself = store is None  # made by the RUN_JOURNAL_URL hook: nobody closes it
+        if store is None:
+            store, worker = activation.shared_store()
+            user_id = user_id or activation.default_user_id()
         self.run_id = validate_id("run_id", run_id) if run_id is not None else new_event_id()
         self.user_id = validate_id("user_id", user_id) if user_id is not None else None
         self._recorder = RunRecorder(
@@ -89,7 +96,10 @@ class RunJournal(BaseCallbackHandler):
             redact=resolve_redactor(redact), pricing=pricing, middleware_events=middleware_events,
         )
         self._writer = EventWriter(store, batch_size=batch_size, flush_interval=flush_interval,
-                                   max_pending=max_pending, retry=retry, store_timeout=store_timeout)
+                                   max_pending=max_pending, retry=retry, store_timeout=store_timeout,
+                                   worker=worker)
+        if self._closes_itself:
+            activation.track(self._writer)
         self._lock = threading.Lock()
         self._row_interval = row_interval
         self._row_status: str | None = None
@@ -205,7 +215,11 @@ class RunJournal(BaseCallbackHandler):
                 self._row_status, self._row_at, recorder.changed = status, time.monotonic(), False
         if not items and row is None:
             return False
-        return self._writer.submit(items, row, urgent=recorder.state.ended and row is not None)
+        ended = recorder.state.ended and row is not None
+        full = self._writer.submit(items, row, urgent=ended)
+        if ended and self._closes_itself:
+            self._writer.close_soon()
+        return full
 
     def _record(self, step: Callable[[], Any]) -> Any:
         """A recorder call from user code: bad input raises; a closed journal is a JournalError."""
