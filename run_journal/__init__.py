@@ -6,37 +6,45 @@ from typing import TYPE_CHECKING, Any
 from run_journal import activation
 from run_journal.catalog import Category, middleware_event_type
 from run_journal.envelope import NewEvent, RunEvent
-from run_journal.journal import RunJournal
 from run_journal.runs import RunRow, RunStatus, UsageTotals, status_of
 from run_journal.stores.base import RunEventStore, StoreError
 from run_journal.stores.urls import open_store
-from run_journal.subagents import subagent_run_event, wrap_subagent_stream
-from run_journal.workspace import (
-    WorkspaceLimits,
-    WorkspaceSnapshot,
-    arecord_workspace_changes,
-    record_workspace_changes,
-)
 from run_journal.writer import JournalError, JournalStats, RetryPolicy
 
 if TYPE_CHECKING:
+    from run_journal.journal import RunJournal
     from run_journal.stores.jsonl import JsonlRunEventStore
     from run_journal.stores.memory import MemoryRunEventStore
     from run_journal.stores.redis import RedisRunEventStore
     from run_journal.stores.sql import SqlRunEventStore
+    from run_journal.subagents import subagent_run_event, wrap_subagent_stream
+    from run_journal.workspace import (
+        WorkspaceLimits,
+        WorkspaceSnapshot,
+        arecord_workspace_changes,
+        record_workspace_changes,
+    )
 
-_BACKENDS = {
+_LAZY = {
+    "RunJournal": "run_journal.journal",
+    "subagent_run_event": "run_journal.subagents",
+    "wrap_subagent_stream": "run_journal.subagents",
+    "WorkspaceLimits": "run_journal.workspace",
+    "WorkspaceSnapshot": "run_journal.workspace",
+    "arecord_workspace_changes": "run_journal.workspace",
+    "record_workspace_changes": "run_journal.workspace",
     "MemoryRunEventStore": "run_journal.stores.memory",
     "JsonlRunEventStore": "run_journal.stores.jsonl",
     "SqlRunEventStore": "run_journal.stores.sql",
     "RedisRunEventStore": "run_journal.stores.redis",
 }
+"""Names that load on first use: LangChain, LangGraph, SQLAlchemy and the Redis client are only paid
+for by the programs that use them (the command line starts without them)."""
 
 
 def __getattr__(name: str) -> Any:
-    """Store classes load on first use: SQLAlchemy and the Redis client are only paid for when used."""
-    if name in _BACKENDS:
-        return getattr(importlib.import_module(_BACKENDS[name]), name)
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'run_journal' has no attribute {name!r}")
 
 

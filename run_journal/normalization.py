@@ -21,8 +21,6 @@ from decimal import Decimal
 from pathlib import PurePath
 from typing import Any, Final, TypeAlias
 
-from pydantic import BaseModel
-
 JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
 JsonObject: TypeAlias = dict[str, JsonValue]
 
@@ -121,7 +119,7 @@ def _normalize(value: Any, depth: int, active: set[int]) -> JsonValue:
             active.discard(marker)
     if kind is Normalized:
         return value.value  # type: ignore[no-any-return]  # normalized by its producer
-    if isinstance(value, Mapping | list | tuple | set | frozenset | BaseModel) or (
+    if isinstance(value, Mapping | list | tuple | set | frozenset) or _is_model(value) or (
         dataclasses.is_dataclass(value) and not isinstance(value, type)
     ):
         marker = id(value)
@@ -135,6 +133,12 @@ def _normalize(value: Any, depth: int, active: set[int]) -> JsonValue:
     return _normalize_leaf(value)
 
 
+def _is_model(value: Any) -> bool:
+    """A pydantic model? Without importing pydantic: until something else has, no value can be one."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(value, pydantic.BaseModel)
+
+
 def _normalize_container(value: Any, depth: int, active: set[int]) -> JsonValue:
     if isinstance(value, Mapping):
         return {_key(key): _normalize(item, depth, active) for key, item in value.items()}
@@ -143,7 +147,7 @@ def _normalize_container(value: Any, depth: int, active: set[int]) -> JsonValue:
     if isinstance(value, set | frozenset):
         items = [_normalize(item, depth, active) for item in value]
         return sorted(items, key=dumps)
-    if isinstance(value, BaseModel):
+    if _is_model(value):
         try:
             dumped = value.model_dump(mode="python")
         except Exception:  # noqa: BLE001 - a model whose serializer fails must not lose the event
