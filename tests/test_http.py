@@ -120,8 +120,10 @@ async def test_threads_page_by_page_with_counts_and_latest_run(store: RunEventSt
         after = page["next_after"]
     assert seen == ["t0", "t1", "t2", "t3", "t4"]
     first = (await get_json(client, "/api/threads", limit=1))["data"][0]
-    assert first["last_seq"] == 14
     assert first["run_count"] == 2
+    assert first["message_count"] == 6
+    assert first["total_tokens"] == 240
+    assert first["cost_usd"] == pytest.approx(0.004)
     latest = first["latest_run"]
     assert latest["run_id"] == "t0-r2"
     assert latest["status"] == "error"

@@ -79,10 +79,13 @@ class LatestRun(BaseModel):
 
 
 class Thread(BaseModel):
+    """A thread and the totals of its run rows (a thread with events but no run row has zeros)."""
+
     thread_id: str
-    last_seq: int = Field(description="The highest seq assigned in the thread (its event count "
-                                      "unless runs were deleted).")
     run_count: int
+    message_count: int
+    total_tokens: int
+    cost_usd: float | None = Field(description="None when a model call's price is unknown.")
     latest_run: LatestRun | None
 
 

@@ -50,7 +50,8 @@ async def test_threads_page_lists_every_thread_with_its_latest_run(
     assert [row.split()[0] for row in rows] == ["long-run", "refund-7", "research-1", "support-42",
                                                 "workspace-1"]
     refund = next(row for row in rows if row.startswith("refund-7"))
-    assert " 2 success " in f" {refund} "  # two runs, the latest (the resumed one) succeeded
+    assert refund.split()[1:5] == ["2", "2", "440", "$0.0014"]  # runs, messages, tokens, cost
+    assert refund.split()[5] == "success"  # the latest run, the resumed one
     assert "Please refund my $40 order." not in refund  # the latest run's first message: the resume's
     await shot(page, screenshots, "viewer-threads")
     await page.click("text=support-42")

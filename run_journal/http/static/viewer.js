@@ -126,13 +126,13 @@
       const last = t.latest_run;
       return h("tr", {},
         h("td", { class: "mono" }, h("a", { href: "#/t/" + enc(t.thread_id) }, t.thread_id)),
-        h("td", { class: "num" }, num(t.last_seq)),
         h("td", { class: "num" }, num(t.run_count)),
+        h("td", { class: "num" }, num(t.message_count)),
+        h("td", { class: "num" }, num(t.total_tokens)),
+        h("td", { class: "num" }, t.run_count ? cost(t.cost_usd) : "–"),
         h("td", {}, last ? pill(last.status) : "–"),
         h("td", {}, last ? when(last.started_at) : "–"),
         h("td", { class: "num" }, last ? took(last.duration_ms) : "–"),
-        h("td", { class: "num" }, last ? num(last.total_tokens) : "–"),
-        h("td", { class: "num" }, last ? cost(last.cost_usd) : "–"),
         h("td", { class: "clip" }, last ? oneLine(last.first_human_message, 80) : ""));
     });
     const pager = h("div", { class: "pager" },
@@ -142,9 +142,9 @@
     fill(main,
       h("h1", {}, "Threads"),
       h("div", { class: "panel" }, page.data.length ? h("table", { id: "threads" },
-        h("thead", {}, h("tr", {}, ["thread", "events", "runs", "latest run", "started (UTC)", "took",
-          "tokens", "cost", "first message"].map((name, i) =>
-          h("th", { class: i && i < 3 || i === 5 || i === 6 || i === 7 ? "num" : null }, name)))),
+        h("thead", {}, h("tr", {}, ["thread", "runs", "messages", "tokens", "cost", "latest run", "started (UTC)",
+          "took", "first message"].map((name, i) =>
+          h("th", { class: (i >= 1 && i <= 4) || i === 7 ? "num" : null }, name)))),
         h("tbody", {}, rows)) : h("p", { class: "muted" }, "No threads in this store yet."), pager));
   }
 
