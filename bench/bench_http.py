@@ -174,7 +174,7 @@ async def measure(name: str, url: str, repeat: int, events: int, threads: int) -
 
 
 async def postgres_url() -> tuple[str, Callable[[], Awaitable[None]]]:
-    import asyncpg
+    import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type information
 
     schema = f"bench_http_{uuid.uuid4().hex[:8]}"
 

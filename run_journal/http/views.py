@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from run_journal.catalog import TERMINAL_RUN_EVENTS
-from run_journal.envelope import JsonObject, RunEvent
+from run_journal.envelope import JsonObject, JsonValue, RunEvent
 from run_journal.projections import latest_workspace_changes, summarize_usage, thread_history
 from run_journal.runs import RunRow, status_of
 from run_journal.stores.base import MAX_PAGE, RunEventStore
@@ -115,8 +115,9 @@ async def thread_page(
     ids = await store.list_threads(limit=min(limit + 1, MAX_PAGE), after=after, user_id=user_id)
     has_more = len(ids) > limit
     ids = ids[:limit]
-    data = [_thread_summary(thread_id, _owned(await store.list_runs(thread_id), user_id))
-            for thread_id in ids]
+    data: list[JsonValue] = [
+        _thread_summary(thread_id, _owned(await store.list_runs(thread_id), user_id)) for thread_id in ids
+    ]
     return {"data": data, "has_more": has_more, "next_after": ids[-1] if has_more else None}
 
 
