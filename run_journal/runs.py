@@ -127,6 +127,9 @@ class RunRow:
     first_human_message: str | None = None
     last_ai_message: str | None = None
     metadata: JsonObject = dataclasses.field(default_factory=dict)
+    cost_note: str | None = None
+    """Why ``usage.cost_usd`` is None although the run made model calls (no price known for a model,
+    a call that reported no usage, pricing turned off); None when the cost is known."""
 
     def __post_init__(self) -> None:
         validate_id("run_id", self.run_id)
@@ -182,6 +185,7 @@ class RunRow:
             "first_human_message": self.first_human_message,
             "last_ai_message": self.last_ai_message,
             "metadata": self.metadata,
+            "cost_note": self.cost_note,
         }
 
     @classmethod
@@ -214,4 +218,5 @@ class RunRow:
             first_human_message=data.get("first_human_message"),
             last_ai_message=data.get("last_ai_message"),
             metadata=dict(data.get("metadata") or {}),
+            cost_note=data.get("cost_note"),
         )

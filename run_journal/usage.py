@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from datetime import datetime
+from typing import Any, Final, Literal
 
 from langchain_core.outputs import ChatGeneration, LLMResult
 
+from run_journal import prices
+from run_journal.prices import Quote
 from run_journal.runs import UsageTotals
 
 TEXT_CAP: Final = 2000
@@ -26,6 +29,11 @@ TEXT_CAP: Final = 2000
 
 Pricing = Mapping[str, Mapping[str, float]]
 """``{model: {"input": usd, "output": usd, "cache_read": usd, "cache_write": usd}}`` per million tokens."""
+PricingOption = Pricing | Literal[False] | None
+"""What a journal is given: None (the price database), a table (overriding the database for the models
+it names) or False (no prices at all)."""
+NOTE_REASONS: Final = 5
+"""Reasons listed in a row's ``cost_note`` (the rest are counted)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -163,26 +171,34 @@ def model_name_of(response: LLMResult, fallback: str | None) -> str | None:
     return fallback
 
 
-def cost_of(usage: TokenUsage, model: str | None, pricing: Pricing | None) -> float | None:
-    """USD cost of one call; None when the model has no price (unknown is not free).
+def quote(usage: TokenUsage, model: str | None, pricing: PricingOption = None,
+          at: datetime | None = None) -> Quote:
+    """USD cost of one call and, when it is None, the reason: unknown is not free.
 
-    Cached tokens are billed at ``cache_read`` and cache creation at ``cache_write`` when given,
-    otherwise at the input price; the rest of the input at ``input``.
+    ``pricing`` is your table (``{model: {"input", "output", "cache_read", "cache_write"}}``, USD per
+    million tokens), looked up by the exact model name first; any other model is priced by the price
+    database (``run_journal.prices``) as of ``at`` (now by default). ``pricing=False`` turns both off.
+    Cache reads are billed at ``cache_read`` and cache writes at ``cache_write`` when the price has
+    them, otherwise at the input price; the rest of the input at ``input``.
     """
-    if not pricing or model is None or model not in pricing:
-        return None
-    price = pricing[model]
-    if "input" not in price or "output" not in price:
-        return None
-    input_price = float(price["input"])
-    plain_input = max(0, usage.input_tokens - usage.cache_read_tokens - usage.cache_creation_tokens)
-    cost = (
-        plain_input * input_price
-        + usage.cache_read_tokens * float(price.get("cache_read", input_price))
-        + usage.cache_creation_tokens * float(price.get("cache_write", input_price))
-        + usage.output_tokens * float(price["output"])
-    )
-    return cost / 1_000_000
+    if pricing is False:
+        return None, "pricing is off (pricing=False)"
+    if model is None:
+        return None, "a model call did not report which model answered"
+    if pricing and model in pricing:
+        rates = prices.table_rates(pricing[model])
+        if isinstance(rates, str):
+            return None, f"no usable price for model {model!r}: {rates}"
+        return rates.cost(usage.input_tokens, usage.cache_read_tokens, usage.cache_creation_tokens,
+                          usage.output_tokens, usage.reasoning_tokens), None
+    return prices.DEFAULT.quote(model, usage.input_tokens, usage.cache_read_tokens,
+                                usage.cache_creation_tokens, usage.output_tokens, usage.reasoning_tokens, at)
+
+
+def cost_of(usage: TokenUsage, model: str | None, pricing: PricingOption = None,
+            at: datetime | None = None) -> float | None:
+    """USD cost of one call, None when no price is known (see :func:`quote`, which also says why)."""
+    return quote(usage, model, pricing, at)[0]
 
 
 def priced(usage: TokenUsage, cost: float | None, calls: int = 1) -> UsageTotals:
@@ -218,9 +234,8 @@ def cap_text(text: str | None, limit: int = TEXT_CAP) -> str | None:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-_NO_USAGE: Final = TokenUsage()
 _UNPRICED_CALL: Final = UsageTotals(llm_calls=1)
-"""A call that reported no usage, of a model without a price."""
+"""A call that reported no usage: it counts, its tokens and cost are unknown."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -229,27 +244,56 @@ class RunTally:
 
     Mutated under the journal's lock. A call adds into one (caller, model) group; the run's total and
     its per-caller and per-model totals are folded from the few groups when a row asks for them, so
-    a model call costs one addition (none for a group's first call), not three.
+    a model call costs one addition (none for a group's first call), not three. Each call is priced
+    when it is counted (see :func:`quote`); why a call has no price is kept, by model, for the row's
+    ``cost_note``.
     """
 
-    pricing: Pricing | None = None
+    pricing: PricingOption = None
     groups: dict[tuple[str, str], UsageTotals] = dataclasses.field(default_factory=dict)
     tool_calls: int = 0
     tool_errors: int = 0
     messages: int = 0
     first_human: str | None = None
     last_ai: str | None = None
+    unpriced: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Why calls have no price: one reason per model (the first seen)."""
 
-    def add_call(self, caller: str, model: str | None, usage: TokenUsage | None) -> UsageTotals:
-        """Count one model call (usage may be unknown: the call still counts, tokens do not)."""
-        cost = cost_of(usage or _NO_USAGE, model, self.pricing)
-        row = _UNPRICED_CALL if usage is None and cost is None else priced(usage or _NO_USAGE, cost)
+    def __post_init__(self) -> None:
+        if self.pricing is not False and prices.DEFAULT.cold:
+            prices.DEFAULT.warm_up()
+
+    def add_call(self, caller: str, model: str | None, usage: TokenUsage | None,
+                 at: datetime | None = None) -> UsageTotals:
+        """Count one model call (usage may be unknown: the call still counts, its tokens and cost do not)."""
+        if usage is None:
+            row = _UNPRICED_CALL
+            self._unpriced(model, f"a call to {model!r} reported no token usage" if model
+                           else "a model call reported neither its model nor its token usage")
+        else:
+            cost, reason = quote(usage, model, self.pricing, at)
+            row = priced(usage, cost)
+            if reason is not None:
+                self._unpriced(model, reason)
         self._add(caller, model, row)
         return row
 
-    def add_external(self, caller: str, model: str | None, usage: TokenUsage) -> None:
+    def add_external(self, caller: str, model: str | None, usage: TokenUsage,
+                     at: datetime | None = None) -> None:
         """Usage reported by someone else (a subagent's end event): one call, priced the same way."""
-        self._add(caller, model, priced(usage, cost_of(usage, model, self.pricing)))
+        self.add_call(caller, model, usage, at)
+
+    def _unpriced(self, model: str | None, reason: str) -> None:
+        self.unpriced.setdefault(model or "", reason)
+
+    @property
+    def cost_note(self) -> str | None:
+        """Why the run's cost is unknown (None when it is known or there is nothing to price)."""
+        if not self.unpriced:
+            return None
+        reasons = list(dict.fromkeys(self.unpriced.values()))
+        note = "; ".join(reasons[:NOTE_REASONS])
+        return note + (f"; and {len(reasons) - NOTE_REASONS} more" if len(reasons) > NOTE_REASONS else "")
 
     def _add(self, caller: str, model: str | None, row: UsageTotals) -> None:
         key = (caller, model or "unknown")
@@ -277,7 +321,7 @@ class RunTally:
     def copy(self) -> RunTally:
         """A snapshot that later calls do not change (the groups are immutable totals)."""
         return RunTally(self.pricing, dict(self.groups), self.tool_calls, self.tool_errors, self.messages,
-                        self.first_human, self.last_ai)
+                        self.first_human, self.last_ai, dict(self.unpriced) if self.unpriced else {})
 
     def row_fields(self) -> dict[str, Any]:
         """The ``RunRow`` fields this tally owns."""
@@ -290,6 +334,7 @@ class RunTally:
             "message_count": self.messages,
             "first_human_message": self.first_human,
             "last_ai_message": self.last_ai,
+            "cost_note": self.cost_note,
         }
 
 
