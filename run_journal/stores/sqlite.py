@@ -4,8 +4,9 @@ The store keeps two ``sqlite3`` connections, a writer and a reader, each owned b
 own that opens, uses and closes it (as aiosqlite does). Every unit of work (``sql.SqlWork``) is one
 hand-off to that thread: a write is ``BEGIN IMMEDIATE``, the counter bump, one ``executemany`` and
 ``COMMIT`` in a single trip (redone with an event_id lookup if an id was stored already), so the
-event loop waits once per batch, never per statement (a thread hand-off costs ~0.15 ms on a busy machine; through aiosqlite's per-statement
-API a write would pay it four times). Only public ``sqlite3`` and ``asyncio`` API is used.
+event loop waits once per batch, never per statement. A thread hand-off costs ~0.15 ms on a busy
+machine; through aiosqlite's per-statement API a write would pay it four times (a single ``put``
+measured 0.66 ms instead of 0.23 ms). Only public ``sqlite3`` and ``asyncio`` API is used.
 
 ``BEGIN IMMEDIATE`` takes the database write lock before the counter is read, so two writers never
 read the same ``last_seq``; writers of other processes wait in SQLite's busy handler up to
