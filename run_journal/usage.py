@@ -16,13 +16,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeGuard
 
 from langchain_core.outputs import ChatGeneration, LLMResult
 
 from run_journal import prices
 from run_journal.prices import Quote
-from run_journal.runs import UsageTotals
+from run_journal.runs import RunRow, UsageTotals
+
+if TYPE_CHECKING:
+    from run_journal.envelope import RunEvent
 
 TEXT_CAP: Final = 2000
 """Characters kept of the first human and the last AI message in the run row."""
@@ -172,7 +175,7 @@ def model_name_of(response: LLMResult, fallback: str | None) -> str | None:
 
 
 def quote(usage: TokenUsage, model: str | None, pricing: PricingOption = None,
-          at: datetime | None = None) -> Quote:
+          at: datetime | None = None, calls: int = 1) -> Quote:
     """USD cost of one call and, when it is None, the reason: unknown is not free.
 
     ``pricing`` is your table (``{model: {"input", "output", "cache_read", "cache_write"}}``, USD per
@@ -180,19 +183,29 @@ def quote(usage: TokenUsage, model: str | None, pricing: PricingOption = None,
     database (``run_journal.prices``) as of ``at`` (now by default). ``pricing=False`` turns both off.
     Cache reads are billed at ``cache_read`` and cache writes at ``cache_write`` when the price has
     them, otherwise at the input price; the rest of the input at ``input``.
+
+    ``calls`` > 1 prices the sum of that many calls as that many average calls (exact for prices
+    without tiers; a tier is chosen by the average call's input).
     """
     if pricing is False:
         return None, "pricing is off (pricing=False)"
     if model is None:
         return None, "a model call did not report which model answered"
+    n = max(1, calls)
+    tokens: tuple[float, float, float, float, float] = (
+        usage.input_tokens, usage.cache_read_tokens, usage.cache_creation_tokens, usage.output_tokens,
+        usage.reasoning_tokens)
+    if n > 1:
+        tokens = (tokens[0] / n, tokens[1] / n, tokens[2] / n, tokens[3] / n, tokens[4] / n)
+    cost: float | None
     if pricing and model in pricing:
         rates = prices.table_rates(pricing[model])
         if isinstance(rates, str):
             return None, f"no usable price for model {model!r}: {rates}"
-        return rates.cost(usage.input_tokens, usage.cache_read_tokens, usage.cache_creation_tokens,
-                          usage.output_tokens, usage.reasoning_tokens), None
-    return prices.DEFAULT.quote(model, usage.input_tokens, usage.cache_read_tokens,
-                                usage.cache_creation_tokens, usage.output_tokens, usage.reasoning_tokens, at)
+        cost, reason = rates.cost(*tokens), None
+    else:
+        cost, reason = prices.DEFAULT.quote(model, *tokens, at=at)
+    return (cost if cost is None or n == 1 else cost * n), reason
 
 
 def cost_of(usage: TokenUsage, model: str | None, pricing: PricingOption = None,
@@ -346,3 +359,132 @@ def _fold(parts: Iterable[UsageTotals]) -> UsageTotals:
 
 
 _NOTHING: Final = UsageTotals()
+
+
+# -- repricing stored runs -------------------------------------------------------------------------------
+RELEVANT_EVENTS: Final = ("llm.ai.response", "subagent.start", "subagent.end")
+"""The events :func:`replay` reads (a reader may select only these)."""
+_COUNTED: Final = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens",
+                   "cache_creation_tokens", "reasoning_tokens", "llm_calls")
+
+
+def replay(events: Iterable[RunEvent], pricing: PricingOption = None, *, keep_known: bool = True) -> RunTally:
+    """The usage a run's events record, priced again: each ``llm.ai.response`` as the journal counted
+    it (its caller, model and usage, priced as of the call's time), and the usage a subagent task
+    reported at its end when the run saw none of that subagent's own calls while the task ran.
+
+    ``keep_known``: a call recorded with a cost keeps it (it may come from a table you no longer
+    pass), unless ``pricing`` names its model; False prices every call again.
+    """
+    tally = RunTally(pricing=pricing)
+    calls_at_start: dict[str, int] = {}
+    counted: set[str] = set()
+    for event in events:
+        metadata = event.metadata if isinstance(event.metadata, Mapping) else {}
+        content = event.content if isinstance(event.content, Mapping) else {}
+        caller = str(metadata.get("caller") or "lead_agent")
+        if event.event_type == "llm.ai.response":
+            model = metadata.get("model_name")
+            model = model if isinstance(model, str) else None
+            usage = usage_from_mapping(metadata.get("usage"))
+            recorded = metadata.get("cost_usd")
+            named = bool(pricing) and model is not None and model in (pricing or {})
+            if keep_known and usage is not None and _is_cost(recorded) and not named:
+                tally._add(caller, model, priced(usage, float(recorded)))
+            else:
+                tally.add_call(caller, model, usage, event.created_at)
+        elif event.event_type == "subagent.start" and isinstance(task_id := content.get("task_id"), str):
+            calls_at_start[task_id] = _calls_of(tally, caller)
+        elif event.event_type == "subagent.end" and isinstance(task_id := content.get("task_id"), str):
+            usage = usage_from_mapping(content.get("usage"))
+            seen = _calls_of(tally, caller) > calls_at_start.pop(task_id, 0)
+            if usage is not None and not seen and task_id not in counted:
+                counted.add(task_id)
+                model = content.get("model")
+                tally.add_external(caller, model if isinstance(model, str) else None, usage, event.created_at)
+    return tally
+
+
+def _is_cost(value: Any) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
+def _calls_of(tally: RunTally, caller: str) -> int:
+    return sum(totals.llm_calls for (who, _), totals in tally.groups.items() if who == caller)
+
+
+def _same_tokens(left: UsageTotals, right: UsageTotals) -> bool:
+    return all(getattr(left, name) == getattr(right, name) for name in _COUNTED)
+
+
+def _same_buckets(left: Mapping[str, UsageTotals], right: Mapping[str, UsageTotals]) -> bool:
+    return left.keys() == right.keys() and all(_same_tokens(left[key], right[key]) for key in left)
+
+
+def reprice_row(row: RunRow, events: Iterable[RunEvent], pricing: PricingOption = None, *,
+                keep_known: bool = True) -> RunRow:
+    """``row`` with its costs computed again from its usage, with today's price data (or ``pricing``).
+
+    When the run's events account for every token of the row, each call is priced on its own, as of
+    its time (exact, whatever the tiers). Otherwise (events deleted, usage the events do not show) each
+    per-model total of the row is priced as that many average calls as of the run's start, the total
+    is their sum, and a per-caller total is repriced only when the run used one model.
+
+    ``keep_known`` (the default): a cost already known stays as it was, unless ``pricing`` names the
+    model (see :func:`replay`); False computes every cost again.
+    """
+    tally = replay(events, pricing, keep_known=keep_known)
+    if not (_same_tokens(tally.total, row.usage) and _same_buckets(tally.by_caller, row.usage_by_caller)
+            and _same_buckets(tally.by_model, row.usage_by_model)):
+        return _reprice_totals(row, pricing, keep_known)
+    named = {model for (_, model) in tally.groups if pricing and model in pricing}
+    callers_named = {caller for (caller, model) in tally.groups if model in named}
+
+    def merged(new: Mapping[str, UsageTotals], old: Mapping[str, UsageTotals],
+               renamed: set[str]) -> dict[str, UsageTotals]:
+        """A bucket the row knows the cost of keeps it (``keep_known``), unless ``pricing`` names it."""
+        return {key: old[key] if keep_known and old[key].cost_usd is not None and key not in renamed
+                else totals for key, totals in new.items()}
+
+    by_model = merged(tally.by_model, row.usage_by_model, named)
+    by_caller = merged(tally.by_caller, row.usage_by_caller, callers_named)
+    usage = dataclasses.replace(tally.total, cost_usd=_fold(by_model.values()).cost_usd)
+    return row.replace(usage=usage, usage_by_caller=by_caller, usage_by_model=by_model,
+                       cost_note=tally.cost_note if usage.cost_usd is None and usage.llm_calls else None)
+
+
+def _reprice_totals(row: RunRow, pricing: PricingOption, keep_known: bool) -> RunRow:
+    reasons: dict[str, str] = {}
+
+    def priced_as(model: str | None, totals: UsageTotals) -> UsageTotals:
+        if not totals.llm_calls:
+            return totals
+        if keep_known and totals.cost_usd is not None and not (pricing and model in pricing):
+            return totals
+        usage = TokenUsage(totals.input_tokens, totals.output_tokens, totals.total_tokens,
+                           totals.cache_read_tokens, totals.cache_creation_tokens, totals.reasoning_tokens)
+        cost, reason = quote(usage, None if model == "unknown" else model, pricing, row.started_at,
+                             totals.llm_calls)
+        if reason is not None:
+            reasons.setdefault(model or "", reason)
+        return dataclasses.replace(totals, cost_usd=cost)
+
+    def unknown(totals: UsageTotals) -> UsageTotals:
+        if not totals.llm_calls or (keep_known and totals.cost_usd is not None):
+            return totals
+        return dataclasses.replace(totals, cost_usd=None)
+
+    by_model = {model: priced_as(model, totals) for model, totals in row.usage_by_model.items()}
+    if len(by_model) == 1:
+        (model,) = by_model
+        by_caller = {caller: priced_as(model, totals) for caller, totals in row.usage_by_caller.items()}
+    else:
+        by_caller = {caller: unknown(totals) for caller, totals in row.usage_by_caller.items()}
+        if by_caller and any(totals.llm_calls for totals in by_caller.values()):
+            reasons.setdefault("", "the run's events do not account for its usage, so its calls cannot be "
+                                   "priced by caller" if by_model else "the run row has no per-model totals")
+    usage = dataclasses.replace(row.usage, cost_usd=_fold(by_model.values()).cost_usd) if by_model \
+        else unknown(row.usage)
+    known = list(dict.fromkeys(reasons.values()))
+    note = "; ".join(known[:NOTE_REASONS]) if known and usage.cost_usd is None else None
+    return row.replace(usage=usage, usage_by_caller=by_caller, usage_by_model=by_model, cost_note=note)

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from run_journal.cli.common import CliError, Command
 from run_journal.cli.maintenance import cmd_copy, cmd_export, cmd_reconcile, cmd_verify
 from run_journal.cli.reading import cmd_events, cmd_runs, cmd_show, cmd_tail, cmd_threads, cmd_usage
+from run_journal.cli.reprice import add_reprice_command
 from run_journal.cli.serve import add_serve_command
 from run_journal.stores.base import StoreError
 from run_journal.stores.urls import file_path_of, open_store
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("reconcile", cmd_reconcile, "close runs whose worker died") \
         .add_argument("--older-than", type=parse_duration, required=True, help="e.g. 30m, 2h")
     add_serve_command(sub)
+    add_reprice_command(sub)
     return parser
 
 
