@@ -51,7 +51,7 @@ class Rate:
     base: float
     tiers: tuple[tuple[int, float], ...] = ()
 
-    def at(self, total_input: int) -> float:
+    def at(self, total_input: float) -> float:
         for start, price in reversed(self.tiers):
             if total_input > start:
                 return price
@@ -69,8 +69,8 @@ class Rates:
     reasoning: Rate
     per_request: float = 0.0
 
-    def cost(self, input_tokens: int, cache_read: int, cache_write: int, output_tokens: int,
-             reasoning: int) -> float:
+    def cost(self, input_tokens: float, cache_read: float, cache_write: float, output_tokens: float,
+             reasoning: float) -> float:
         total = max(input_tokens, cache_read + cache_write)
         plain = total - cache_read - cache_write
         reasoning = min(reasoning, output_tokens)
@@ -189,8 +189,8 @@ class PriceDatabase:
             return Found(calculation.model, calculation.provider, now)
         return f"no price for model {model!r} in {DATABASE} {version}"
 
-    def quote(self, model: str, input_tokens: int, cache_read: int, cache_write: int, output_tokens: int,
-              reasoning: int, at: datetime | None = None) -> Quote:
+    def quote(self, model: str, input_tokens: float, cache_read: float, cache_write: float,
+              output_tokens: float, reasoning: float, at: datetime | None = None) -> Quote:
         """The cost of one call of ``model`` at time ``at`` (now by default)."""
         found = self.find(model)
         if isinstance(found, str):
@@ -200,14 +200,14 @@ class PriceDatabase:
             rates = self._rates_of(price)
             if rates is not None:
                 return rates.cost(input_tokens, cache_read, cache_write, output_tokens, reasoning), None
-            return float(price.calc_price(self._usage(input_tokens, cache_read, cache_write, output_tokens,
-                                                      reasoning))["total_price"]), None
+            usage = self._usage(input_tokens, cache_read, cache_write, output_tokens, reasoning)
+            return float(price.calc_price(usage)["total_price"]), None
         except Exception as error:  # noqa: BLE001 - a database bug must not break a run
             return None, (f"{DATABASE} {self.version} could not price {model!r} ({found.name}): "
                           f"{type(error).__name__}: {error}")
 
-    def _usage(self, input_tokens: int, cache_read: int, cache_write: int, output_tokens: int,
-               reasoning: int) -> Any:
+    def _usage(self, input_tokens: float, cache_read: float, cache_write: float, output_tokens: float,
+               reasoning: float) -> Any:
         module = self.load()
         return module.Usage(
             input_tokens=max(input_tokens, cache_read + cache_write), cache_read_tokens=cache_read,
