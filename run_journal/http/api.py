@@ -317,15 +317,17 @@ def router(
                                    headers={"X-Content-Type-Options": "nosniff"})
 
     if viewer:
+        files = {name: _static_bytes(name) for name in _STATIC_TYPES}  # read here, not on the loop
+
         @api.get("/", include_in_schema=False)
         async def index() -> Response:
-            return _static("index.html")
+            return _static(files, "index.html")
 
         @api.get("/static/{name}", include_in_schema=False)
         async def static(name: str) -> Response:
-            if name not in _STATIC_TYPES or name == "index.html":
+            if name not in files or name == "index.html":
                 raise NotFound(f"no file {name!r}")
-            return _static(name)
+            return _static(files, name)
 
     return api
 
@@ -358,8 +360,8 @@ def _static_bytes(name: str) -> bytes:
     return resources.files("run_journal.http").joinpath("static", name).read_bytes()
 
 
-def _static(name: str) -> Response:
-    return Response(_static_bytes(name), media_type=_STATIC_TYPES[name], headers=_VIEWER_HEADERS)
+def _static(files: dict[str, bytes], name: str) -> Response:
+    return Response(files[name], media_type=_STATIC_TYPES[name], headers=_VIEWER_HEADERS)
 
 
 def create_app(
