@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from run_journal.cli.common import CliError, Command
 from run_journal.cli.maintenance import cmd_copy, cmd_export, cmd_reconcile, cmd_verify
+from run_journal.cli.otlp import add_otlp_arguments
 from run_journal.cli.reading import cmd_events, cmd_runs, cmd_show, cmd_tail, cmd_threads, cmd_usage
 from run_journal.cli.reprice import add_reprice_command
 from run_journal.cli.serve import add_serve_command
@@ -74,9 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--after-seq", type=_non_negative, help="start after this seq instead")
     command("verify", cmd_verify, "check seq density and every row against the contract") \
         .add_argument("threads", nargs="*", metavar="THREAD")
-    export = command("export", cmd_export, "write events as JSONL (to_dict records)")
+    export = command("export", cmd_export, "write events as JSONL (to_dict records), or send runs as "
+                                           "OpenTelemetry traces (--format otlp)")
     export.add_argument("threads", nargs="*", metavar="THREAD")
     export.add_argument("--output", "-o", help="file to write (default: stdout)")
+    add_otlp_arguments(export)
     copy = command("copy", cmd_copy, "copy events (seq preserved) and run rows to another store")
     copy.add_argument("destination", metavar="DST")
     copy.add_argument("--thread", dest="threads", action="append", default=[], metavar="THREAD")

@@ -62,6 +62,11 @@ async def cmd_verify(store: RunEventStore, args: argparse.Namespace, out: TextIO
 
 
 async def cmd_export(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    args.threads = [*args.threads, *args.thread_options]
+    if args.format == "otlp":
+        from run_journal.cli.otlp import export_otlp
+
+        return await export_otlp(store, args, out)
     threads = args.threads or await all_threads(store)
     for thread_id in args.threads:
         await require_thread(store, thread_id)
