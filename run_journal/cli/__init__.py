@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from run_journal.cli.common import CliError, Command
 from run_journal.cli.maintenance import cmd_copy, cmd_export, cmd_reconcile, cmd_verify
 from run_journal.cli.otlp import add_otlp_arguments
+from run_journal.cli.prune import add_prune_command
 from run_journal.cli.reading import cmd_events, cmd_runs, cmd_show, cmd_tail, cmd_threads, cmd_usage
 from run_journal.cli.reprice import add_reprice_command
 from run_journal.cli.serve import add_serve_command
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         .add_argument("--older-than", type=parse_duration, required=True, help="e.g. 30m, 2h")
     add_serve_command(sub)
     add_reprice_command(sub)
+    add_prune_command(sub)
     return parser
 
 
