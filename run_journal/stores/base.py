@@ -615,6 +615,8 @@ class RunEventStore(abc.ABC):
         cutoff = prune_cutoff(older_than)
         check_optional_id("thread_id", thread_id)
         await self._ready()
+        if dry_run:  # nothing is copied: the archive is not even opened
+            archive = None
         if archive is None or isinstance(archive, RunEventStore):
             return await _Pruner(self, cutoff, archive, dry_run).run(thread_id)
         if not isinstance(archive, str):
