@@ -557,9 +557,8 @@ class OtlpExporter:
         """``export_run`` for a journal's end-of-run hook: a failure is logged, never raised."""
         try:
             await self.export_run(store, thread_id, run_id)
-        except Exception:  # the agent's run must not fail because a collector is down
-            logger.warning("run-journal: OTLP export of run %s to %s failed", run_id, self.endpoint,
-                           exc_info=True)
+        except Exception as error:  # noqa: BLE001 - the agent's run must not fail because a collector is down
+            logger.warning("OTLP export of run %s failed: %s: %s", run_id, type(error).__name__, error)
 
     def shutdown(self) -> None:
         self._exporter.shutdown()  # type: ignore[no-untyped-call]  # the SDK's shutdown() has no annotations
