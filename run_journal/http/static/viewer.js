@@ -179,7 +179,9 @@
     chat.append(...history.data.map(chatMessage));
     fill(main,
       h("h1", {}, "Thread ", h("span", { class: "mono" }, threadId)),
-      h("div", { class: "panel" }, h("h2", {}, "Runs"), h("table", { id: "runs" },
+      h("div", { class: "panel" }, h("h2", {}, "Runs"),
+        runs.has_more ? h("p", { class: "muted" }, "The first " + runs.data.length + " of " + runs.total + " runs.") : null,
+        h("table", { id: "runs" },
         h("thead", {}, h("tr", {}, ["run", "status", "started (UTC)", "took", "model calls", "tokens", "cost",
           "first message"].map((name, i) => h("th", { class: i >= 3 && i <= 6 ? "num" : null }, name)))),
         h("tbody", {}, rows))),
