@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,9 +152,27 @@ def test_serve_listens_on_loopback_asks_for_the_token_and_stops_cleanly_on_ctrl_
         assert answer.status_code == 200
         assert answer.json()["data"][0]["thread_id"] == "t1"
         assert client.get("").status_code == 200
+    lines: list[str] = []
+
+    def follow() -> None:  # a viewer following the thread when the server is stopped
+        with httpx.Client(base_url=base, timeout=30) as client, client.stream(
+            "GET", "api/threads/t1/events/stream", headers={"Authorization": "Bearer from-env"}
+        ) as response:
+            lines.extend(response.iter_lines())
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    for _ in range(100):
+        if lines:
+            break
+        time.sleep(0.1)
     process.send_signal(signal.SIGINT)
     assert process.wait(15) == 0
-    assert "Traceback" not in (process.stderr.read() if process.stderr else "")
+    reader.join(15)
+    assert "id: 1" in lines  # the stream was open, and it was ended, not cut off
+    errors = process.stderr.read() if process.stderr else ""
+    assert "Traceback" not in errors
+    assert "ERROR" not in errors
 
 
 def test_serve_refuses_a_port_in_use_in_one_line(served: tuple[str, subprocess.Popen[str]]) -> None:

@@ -17,6 +17,7 @@ before they were written.
 
 # No ``from __future__ import annotations`` here: FastAPI reads the endpoints' annotations at run time,
 # and the endpoints are closures whose annotations name local types (``User``).
+import asyncio
 import contextlib
 import hmac
 import inspect
@@ -27,6 +28,7 @@ from functools import cache
 from importlib import resources
 from typing import Annotated, Any, Final
 
+import anyio
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
@@ -51,6 +53,8 @@ UserResolver = Callable[[Request], str | Awaitable[str | None] | None]
 
 MAX_LIMIT: Final = 1000
 PING_SECONDS: Final = 15
+SHUTDOWN_GRACE: Final = 1.0
+"""Seconds a stream has to end by itself when the server stops (before it is cut off)."""
 _JSON_HEADERS: Final = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 _VIEWER_HEADERS: Final = {
     "Cache-Control": "no-cache",
@@ -313,7 +317,10 @@ def router(
             ended = await views.terminal_seq(store, thread, run, user)
             if ended is not None and ended <= cursor:
                 return Response(status_code=204, headers=_JSON_HEADERS)
-        return EventSourceResponse(_follow(store, thread, cursor, run, limit, user), ping=PING_SECONDS,
+        stop = anyio.Event()  # set by sse-starlette when the server shuts down
+        return EventSourceResponse(_follow(store, thread, cursor, run, limit, user, stop),
+                                   ping=PING_SECONDS, shutdown_event=stop,
+                                   shutdown_grace_period=SHUTDOWN_GRACE,
                                    headers={"X-Content-Type-Options": "nosniff"})
 
     if viewer:
@@ -334,12 +341,24 @@ def router(
 
 async def _follow(
     store: RunEventStore, thread_id: str, cursor: int, run_id: str | None, limit: int | None,
-    user_id: str | None,
+    user_id: str | None, stop: anyio.Event,
 ) -> AsyncIterator[ServerSentEvent]:
-    feed = store.follow(thread_id, after_seq=cursor, user_id=user_id)
+    """The stream's messages; it ends by itself at ``limit``, at the run's terminal event, or when
+    the server shuts down (``stop``), so the response is always completed, never cut off."""
+    feed = store.follow(thread_id, after_seq=cursor, user_id=user_id).__aiter__()
+    stopping = asyncio.ensure_future(stop.wait())
+    following: asyncio.Future[Any] | None = None
     sent = 0
     try:
-        async for event in feed:
+        while True:
+            following = asyncio.ensure_future(anext(feed))
+            await asyncio.wait({following, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                return  # the server is stopping
+            try:
+                event = following.result()
+            except StopAsyncIteration:  # the store was closed
+                return
             if run_id is not None and event.run_id != run_id:
                 continue
             data = json.dumps(event.to_dict(), ensure_ascii=False, separators=(",", ":"))
@@ -350,6 +369,10 @@ async def _follow(
             if run_id is not None and event.event_type in TERMINAL_RUN_EVENTS:
                 return
     finally:
+        stopping.cancel()
+        if following is not None and not following.done():
+            following.cancel()  # ends the follower (it was waiting for new events)
+            await asyncio.wait({following})
         close = getattr(feed, "aclose", None)  # follow is an async generator: end it now, not at GC
         if close is not None:
             await close()
