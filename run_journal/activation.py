@@ -17,7 +17,7 @@ import os
 import threading
 import weakref
 from contextvars import ContextVar
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from run_journal.stores.base import RunEventStore
 from run_journal.stores.urls import open_store
@@ -26,6 +26,8 @@ from run_journal.writer import EventWriter, LoopThread
 logger = logging.getLogger("run_journal")
 ENV_URL: Final = "RUN_JOURNAL_URL"
 ENV_USER_ID: Final = "RUN_JOURNAL_USER_ID"
+ENV_PRICING: Final = "RUN_JOURNAL_PRICING"
+"""``off`` (or ``0``, ``false``): no costs; otherwise known model prices are used."""
 EXIT_TIMEOUT: Final = 10.0
 """Seconds :func:`flush` waits for each journal at exit."""
 
@@ -72,6 +74,11 @@ def default_user_id() -> str | None:
     return os.environ.get(ENV_USER_ID) or None
 
 
+def default_pricing() -> Literal[False] | None:
+    """``False`` when ``RUN_JOURNAL_PRICING`` turns prices off, else None (known prices)."""
+    return False if os.environ.get(ENV_PRICING, "").strip().lower() in {"off", "0", "false", "no"} else None
+
+
 def track(writer: EventWriter) -> None:
     """A writer of the shared store, for :func:`flush`."""
     _writers.add(writer)
@@ -97,4 +104,4 @@ def flush(timeout: float = EXIT_TIMEOUT) -> None:
         worker.stop()
 
 
-__all__ = ["ENV_URL", "ENV_USER_ID", "activate_from_env", "flush", "shared_store"]
+__all__ = ["ENV_PRICING", "ENV_URL", "ENV_USER_ID", "activate_from_env", "flush", "shared_store"]

@@ -37,7 +37,7 @@ from typing import Final, Protocol, TypeVar
 
 from run_journal.catalog import TERMINAL_RUN_EVENTS
 from run_journal.envelope import NewEvent
-from run_journal.runs import RunRow
+from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores.base import RunEventStore
 from run_journal.stores.urls import open_store
 
@@ -104,6 +104,17 @@ RowSnapshot = Callable[[], RunRow]
 """The run row as it stood when submitted, built only if the writer writes it."""
 
 
+class RunExporter(Protocol):
+    """Something that sends a run elsewhere once its end is stored (``otel.OtlpExporter``)."""
+
+    async def run_ended(self, store: RunEventStore, thread_id: str, run_id: str) -> None:
+        """Called once per run, on the writer's loop, off the agent's path; must not raise."""
+
+
+EXPORT_WAIT: Final = 30.0
+"""Seconds a close waits for the run's exporters to finish."""
+
+
 class StoreTimeoutError(TimeoutError):
     """A store call did not answer within ``store_timeout`` seconds."""
 
@@ -162,7 +173,8 @@ class EventWriter:
 
     def __init__(self, store: RunEventStore | str, *, batch_size: int = 200, flush_interval: float = 0.1,
                  max_pending: int = 10_000, retry: RetryPolicy | None = None,
-                 store_timeout: float = 30.0, worker: LoopThread | None = None) -> None:
+                 store_timeout: float = 30.0, worker: LoopThread | None = None,
+                 exporters: Sequence[RunExporter] = ()) -> None:
         """``worker``: a loop thread shared with other writers (the store lives on it); the writer
         uses it and leaves it running when it closes."""
         if batch_size < 1 or max_pending < 1 or flush_interval < 0 or not store_timeout > 0:
@@ -185,6 +197,9 @@ class EventWriter:
         self._counts = dict.fromkeys(
             ("written", "retried", "failed_batches", "batches", "row_writes", "over_limit", "superseded"), 0)
         self._resolved: list[DeferredEvent] = []
+        self._exporters = tuple(exporters)
+        self._exports: set[asyncio.Task[None]] = set()
+        self._exported = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._worker = worker
@@ -412,6 +427,8 @@ class EventWriter:
         self._wake.set()
         if self._task is not None and not self._task.done():
             await self._task  # ends at once: nothing is left behind on the caller's loop
+        if self._exports:
+            await asyncio.wait(set(self._exports), timeout=EXPORT_WAIT)
         if self._url is not None and self._store is not None:
             store, self._store = self._store, None
             try:
@@ -489,6 +506,7 @@ class EventWriter:
             try:  # the run's end in one step: last events, terminal event, final row
                 final = self._patched(row())
                 closed = await self._deadline(store.put_run_close(events[:-1], terminal, final))
+                self._export(store, final)  # superseded too: the run ended, closed by reconciliation
             except Exception:
                 logger.debug("run-journal: put_run_close failed; writing step by step", exc_info=True)
             else:
@@ -525,8 +543,21 @@ class EventWriter:
             row, version = self._row, self._row_version
             if row is None or version <= self._row_stored or self._row_after > self._done:
                 return
-        await self._call(functools.partial(store.put_run, self._patched(row())))
+        stored = self._patched(row())
+        await self._call(functools.partial(store.put_run, stored))
         self._row_written(version)
+        self._export(store, stored)
+
+    def _export(self, store: RunEventStore, row: RunRow) -> None:
+        """The run's final row is stored: hand the run to the exporters, once, in tasks of their own."""
+        if self._exported or not self._exporters or row.status not in TERMINAL_STATUSES:
+            return
+        self._exported = True
+        loop = asyncio.get_running_loop()
+        for exporter in self._exporters:
+            task = loop.create_task(exporter.run_ended(store, row.thread_id, row.run_id))
+            self._exports.add(task)
+            task.add_done_callback(self._exports.discard)
 
     def _patched(self, row: RunRow) -> RunRow:
         for item in self._resolved:

@@ -473,3 +473,29 @@ async def test_the_export_command_sends_otlp_and_a_dead_collector_never_fails_th
     missing = await asyncio.to_thread(cli, "--run", "nope")
     assert missing.returncode == 1
     assert "not found" in missing.stderr
+
+
+async def test_a_journal_exports_its_run_once_the_end_is_stored(store: RunEventStore,
+                                                                 receiver: Receiver) -> None:
+    exporter = OtlpExporter(receiver.endpoint)
+    journal = RunJournal(store, thread_id="live-otlp", exporters=[exporter])
+    graph = tool_loop([calls("add", "c1", a=1, b=2), said("it is 3")], [add])
+    await graph.ainvoke({"messages": [HumanMessage("what is 1+2")]}, {"callbacks": [journal]})
+    await journal.aclose()  # waits for the export
+    exporter.shutdown()
+    assert len(receiver.requests) == 1
+    names = sorted(span.name for span in receiver.spans())
+    assert len(names) == 4
+    assert any(name.startswith("execute_tool") for name in names)
+
+
+def test_a_sync_run_is_exported_from_the_writer_thread_and_a_dead_collector_fails_nothing(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    alive, dead = OtlpExporter(receiver.endpoint), OtlpExporter("http://127.0.0.1:9", timeout=0.5)
+    journal = RunJournal(f"sqlite:///{tmp_path / 'live.db'}", thread_id="sync-otlp", exporters=[dead, alive])
+    graph = tool_loop([said("hello")], [])
+    asyncio.run(graph.ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]}))
+    journal.close()  # no JournalError: the dead collector is only logged
+    alive.shutdown()
+    assert len(receiver.requests) == 1

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -29,8 +29,8 @@ from run_journal.journal.recorder import RunRecorder
 from run_journal.redact import Redactor, resolve_redactor
 from run_journal.runs import RunRow
 from run_journal.stores.base import RunEventStore
-from run_journal.usage import Pricing
-from run_journal.writer import EventWriter, JournalError, JournalStats, RetryPolicy
+from run_journal.usage import PricingOption
+from run_journal.writer import EventWriter, JournalError, JournalStats, RetryPolicy, RunExporter
 
 logger = logging.getLogger("run_journal")
 
@@ -68,7 +68,7 @@ class RunJournal(BaseCallbackHandler):
         thread_id: str | None = None,
         run_id: str | None = None,
         user_id: str | None = None,
-        pricing: Pricing | None = None,
+        pricing: PricingOption = None,
         redact: Redactor | bool | None = None,
         resumed_from: str | None = None,
         batch_size: int = 200,
@@ -78,6 +78,7 @@ class RunJournal(BaseCallbackHandler):
         retry: RetryPolicy | None = None,
         store_timeout: float = 30.0,
         middleware_events: str = "changes",
+        exporters: Sequence[RunExporter] = (),
     ) -> None:
         super().__init__()
         if row_interval < 0:
@@ -87,6 +88,7 @@ class RunJournal(BaseCallbackHandler):
         if store is None:
             store, worker = activation.shared_store()
             user_id = user_id or activation.default_user_id()
+            pricing = activation.default_pricing() if pricing is None else pricing
         self.run_id = validate_id("run_id", run_id) if run_id is not None else new_event_id()
         self.user_id = validate_id("user_id", user_id) if user_id is not None else None
         self._recorder = RunRecorder(
@@ -97,7 +99,7 @@ class RunJournal(BaseCallbackHandler):
         )
         self._writer = EventWriter(store, batch_size=batch_size, flush_interval=flush_interval,
                                    max_pending=max_pending, retry=retry, store_timeout=store_timeout,
-                                   worker=worker)
+                                   worker=worker, exporters=exporters)
         if self._closes_itself:
             activation.track(self._writer)
         self._lock = threading.Lock()

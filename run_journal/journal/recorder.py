@@ -38,7 +38,14 @@ from run_journal.normalization import encode
 from run_journal.redact import Redactor, redacted_text
 from run_journal.runs import TERMINAL_STATUSES, RunRow, RunStatus
 from run_journal.stores.base import RunEventStore
-from run_journal.usage import Pricing, RunTally, cap_text, extract_usage, model_name_of, usage_from_mapping
+from run_journal.usage import (
+    PricingOption,
+    RunTally,
+    cap_text,
+    extract_usage,
+    model_name_of,
+    usage_from_mapping,
+)
 
 logger = logging.getLogger("run_journal")
 CANCELLED: Final = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
@@ -97,7 +104,7 @@ class RunRecorder:
     """The state machine of one journaled run (see the module docstring)."""
 
     def __init__(self, *, thread_id: str | None, run_id: str, user_id: str | None,
-                 resumed_from: str | None, redact: Redactor, pricing: Pricing | None,
+                 resumed_from: str | None, redact: Redactor, pricing: PricingOption,
                  middleware_events: str = "changes") -> None:
         if middleware_events not in MIDDLEWARE_EVENT_MODES:
             raise ValueError(f"middleware_events must be one of {', '.join(MIDDLEWARE_EVENT_MODES)}")
@@ -418,7 +425,13 @@ class RunRecorder:
 
     def _start_task(self, task: NestedAgent) -> None:
         """A graph nested in a tool call made its first model call: it is a subagent task, whose
-        id is the tool call's id."""
+        id is the tool call's id. If a streamed task (``task_*`` chunks) is open, it is that task:
+        its chunks journal the steps, the model calls are attributed to it, nothing is written twice."""
+        streamed = [task_id for task_id in self.state.open_tasks if task_id not in self.state.tree_tasks]
+        if streamed:
+            task.task_id, task.mirrored = streamed[-1], True
+            task.name = self.state.open_tasks[streamed[-1]]
+            return
         task.task_id = task.call_id or f"task-{task.root.hex}"
         self.state.tree_tasks.add(task.task_id)
         self._task_chunk(task, "task_started", description=task.description, subagent=task.name)
@@ -427,6 +440,8 @@ class RunRecorder:
         """A subagent event shaped exactly as the ``task_*`` chunk mapper shapes it."""
         from run_journal.subagents import subagent_run_event  # subagents imports the journal lazily too
 
+        if task.mirrored:
+            return
         mapped = subagent_run_event({"type": kind, "task_id": task.task_id, **fields}, redact=self.redact)
         if mapped is not None:
             self._subagent_event(mapped)

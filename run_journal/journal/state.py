@@ -23,6 +23,8 @@ class NestedAgent:
     task_id: str | None = None
     steps: int = 0
     last_text: str | None = None
+    mirrored: bool = False
+    """The task is a streamed one (``task_*`` chunks) already: the chunks journal its steps."""
 
     @property
     def caller(self) -> str:
