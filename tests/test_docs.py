@@ -31,7 +31,7 @@ MARKER = re.compile(r"<!--\s*(not-run|excerpt):\s*(.*?)\s*-->\s*$")
 NOT_RUN = {
     ("README.md", "python3 -m venv .venv && .venv/bin/pip install -q -e . && "
                   ".venv/bin/python examples/quickstart.py"),
-    ("README.md", "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev,postgres,redis]' && "
+    ("README.md", "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev,postgres,redis,serve]' && "
                   ".venv/bin/pytest"),
     ("examples/README.md", "pip install langchain langchain-openai"),
     ("docs/consumers.md", "run-journal sqlite:///journal.db tail demo --last 2"),
