@@ -20,6 +20,9 @@ MIDDLEWARE_PREFIX: Final = "middleware:"
 MIDDLEWARE_TAG_MAX_LENGTH: Final = EVENT_TYPE_MAX_LENGTH - len(MIDDLEWARE_PREFIX)  # 21
 ID_MAX_LENGTH: Final = 255
 """Longest thread, run, user or event id a store accepts (ids become paths, keys and columns)."""
+TASK_ID_MAX_LENGTH: Final = ID_MAX_LENGTH
+"""Longest ``metadata["task_id"]`` (the subagent task a row is filed under, an indexed column); it
+may not contain NUL either (a PostgreSQL text value cannot)."""
 
 _TAG_PATTERN: Final = re.compile(r"[A-Za-z0-9_.\-]{1,21}")
 _EVENT_TYPE_PATTERN: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,32}")

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from run_journal.caps import CONTENT_LIMITS, METADATA_LIMIT, cap_content
-from run_journal.catalog import validate_event_type
+from run_journal.catalog import TASK_ID_MAX_LENGTH, validate_event_type
 from run_journal.ids import as_utc, new_event_id, sha256_hex, utc_now, validate_id
 from run_journal.normalization import (
     INT_RANGE,
@@ -30,10 +30,21 @@ from run_journal.normalization import (
 __all__ = [  # the record types, and the payload and id rules they apply, from one import
     "CONTENT_LIMITS", "INT_RANGE", "MAX_DEPTH", "METADATA_LIMIT", "JsonObject", "JsonValue", "NewEvent",
     "Normalized", "RunEvent", "as_utc", "dumps", "loads", "new_event_id", "normalize", "sha256_hex",
-    "utc_now", "validate_id",
+    "utc_now", "validate_id", "validate_task_id",
 ]
 
 _UNDECODED: Final[Any] = object()
+
+
+def validate_task_id(task_id: str) -> str:
+    """``metadata["task_id"]`` is an indexed column: at most ``TASK_ID_MAX_LENGTH`` characters, no NUL
+    (the same limit on every backend; a read filtering by a task_id is held to it too)."""
+    if len(task_id) > TASK_ID_MAX_LENGTH:
+        raise ValueError(f"metadata task_id is {len(task_id)} characters long; the limit is "
+                         f"{TASK_ID_MAX_LENGTH} (it is an indexed column on every backend)")
+    if "\x00" in task_id:
+        raise ValueError(f"metadata task_id {task_id!r} contains a NUL character, which no store keeps")
+    return task_id
 
 
 def _decoded(record: _Frozen, slot: str, text: str) -> Any:
@@ -171,7 +182,7 @@ class NewEvent(_Frozen):
         _SET_CONTENT_JSON(self, content_json)
         _SET_METADATA_JSON(self, metadata_json)
         task_id = None if '"task_id"' not in metadata_json else self.metadata.get("task_id")
-        _SET_TASK_ID(self, task_id if isinstance(task_id, str) else None)
+        _SET_TASK_ID(self, validate_task_id(task_id) if isinstance(task_id, str) else None)
 
     def _capped(
         self, event_type: str, category: str, content_json: str, metadata_json: str

@@ -291,7 +291,9 @@ async def reconcile_orphans(
     """Close runs whose worker died: started, never ended, silent for longer than ``older_than``.
 
     A candidate is a row with status ``running`` (or ``pending`` with a ``run.start`` event) whose last
-    activity (row ``updated_at`` and its last event) is older than ``now - older_than``. Its terminal
+    activity (row ``updated_at`` and its last event) is older than ``now - older_than``, or a run with
+    a ``run.start`` but no row at all (``list_runs_without_row``: its worker died between the first
+    events and the first row) whose last event is that old; such a run gets a ``cancelled`` row. Its terminal
     ``run.cancel`` is written with ``put_if_absent(..., exclusive_types=TERMINAL_RUN_EVENTS)``: it is
     written only if the run has no terminal event of any type, in one atomic step, so when several
     reconcilers race (or a producer writes its terminal event the same way at the same moment)
@@ -308,12 +310,31 @@ async def reconcile_orphans(
         result = await _reconcile_one(store, row, cutoff, moment)
         if result is not None:
             closed.append(result)
+    after: str | None = None
+    while starts := await store.list_runs_without_row(limit=ROWLESS_PAGE, after=after):
+        for start in starts:
+            if start.created_at <= cutoff:
+                result = await _reconcile_one(store, _row_of_start(start), cutoff, moment)
+                if result is not None:
+                    closed.append(result)
+        after = starts[-1].run_id
     return closed
+
+
+ROWLESS_PAGE: Final = 1000
+
+
+def _row_of_start(start: RunEvent) -> RunRow:
+    """What is known of a run that never wrote a row: its ``run.start``."""
+    return RunRow(run_id=start.run_id, thread_id=start.thread_id, user_id=start.user_id,
+                  status=RunStatus.RUNNING, started_at=start.created_at, updated_at=start.created_at)
 
 
 async def _reconcile_one(
     store: RunEventStore, row: RunRow, cutoff: datetime, moment: datetime
 ) -> ClosedRun | None:
+    """Close one candidate; ``row`` is the stored row, or for a run without one, made up from its
+    ``run.start`` (``_close_row`` then writes the run's first row)."""
     lifecycle = await _all_events(
         store, row.thread_id, row.run_id, event_types=sorted(TERMINAL_RUN_EVENTS | {"run.start"})
     )
@@ -322,7 +343,7 @@ async def _reconcile_one(
         first = terminal[0]
         if first.event_type == "run.cancel" and first.metadata.get("reconciled") is True:
             await _close_row(store, row, moment)  # finish an earlier reconciler's interrupted work
-        return None
+        return None  # a run that ended without writing a row is not an orphan: it is left alone
     if row.status == RunStatus.PENDING and not lifecycle:
         return None  # never started: a queued run is not an orphan
     last = await _last_event_time(store, row)

@@ -182,10 +182,45 @@ async def test_a_v1_store_gains_first_put_at_and_keeps_its_run_order(sql_url: st
     await set_meta(sql_url, "schema_version", "1")
     async with open_store(sql_url) as store:
         assert isinstance(store, SqlRunEventStore)
-        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION) == "2"
+        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION) == "3"
         assert [row.run_id for row in await store.list_runs("t")] == ["b-old", "a-new"]
         await store.put_run(RunRow(run_id="b-old", thread_id="t"))  # an update does not move it
         assert [row.run_id for row in await store.list_runs("t")] == ["b-old", "a-new"]
+
+
+async def test_a_v2_store_gains_the_run_id_claims_of_its_stored_runs(sql_url: str) -> None:
+    """Schema v3 adds ``run_journal_run_starts`` (filled from the stored run.start events; of two
+    runs that already share a run id, the first written keeps it), so a v2 store's runs are
+    protected too; setup() stays idempotent."""
+    from sqlalchemy import text
+
+    from run_journal.stores.base import RunIdTakenError
+
+    async with open_store(sql_url) as store:
+        await store.put_batch([NewEvent("t", "old", "run.start", "trace", event_id="s1"),
+                               NewEvent("u", "shared", "run.start", "trace", event_id="s2")])
+    schema = engine_url(sql_url)[1]
+    table = f'"{schema}".run_journal_run_starts' if schema else "run_journal_run_starts"
+    events_table = f'"{schema}".run_journal_events' if schema else "run_journal_events"
+    async with database(sql_url) as conn:  # make it look like a v2 store with a run id used twice
+        await conn.execute(text(f"DROP TABLE {table}"))
+        await conn.execute(text(
+            f"INSERT INTO {events_table} (thread_id, seq, run_id, event_type, category, content, metadata, "
+            "created_at, event_id) VALUES ('v', 1, 'shared', 'run.start', 'trace', '\"\"', '{}', "
+            "'2030-01-01T00:00:00.000000+00:00', 's3')"))
+    await set_meta(sql_url, "schema_version", "2")
+    async with open_store(sql_url) as store:
+        await store.setup()
+        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION) == "3"
+        async with database(sql_url) as conn:
+            rows = sorted(tuple(row) for row in await conn.execute(
+                text(f"SELECT run_id, thread_id, event_id FROM {table}")))
+        assert rows == [("old", "t", "s1"), ("shared", "u", "s2")]
+        for thread_id, run_id in (("x", "old"), ("t", "old"), ("x", "shared")):
+            with pytest.raises(RunIdTakenError, match=repr(run_id)):
+                await store.put(thread_id=thread_id, run_id=run_id, event_type="run.start",
+                                category="trace", event_id="again")
+        assert [e.event_id for e in await store.list_runs_without_row()] == ["s1", "s2"]
 
 
 async def test_concurrent_setup_in_one_process(sql_url: str) -> None:
@@ -355,7 +390,8 @@ async def test_schema_parameter_isolates_stores(pg_database: str) -> None:
             tables = [tuple(row) for row in found]
         assert tables == [
             (schema, name) for schema in ("iso_a", "iso_b")
-            for name in ("run_journal_events", "run_journal_meta", "run_journal_runs", "run_journal_threads")
+            for name in ("run_journal_events", "run_journal_meta", "run_journal_run_starts",
+                         "run_journal_runs", "run_journal_threads")
         ]
 
 

@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from run_journal.catalog import LEGACY_ALIASES, TERMINAL_RUN_EVENTS, Category, canonical_event_type
-from run_journal.envelope import JsonObject, JsonValue, NewEvent, RunEvent, validate_id
+from run_journal.envelope import JsonObject, JsonValue, NewEvent, RunEvent, validate_id, validate_task_id
 from run_journal.runs import STATUS_AFTER, RunRow, RunStatus
 
 CONTRACT_MAJOR: Final = 1
@@ -53,6 +53,41 @@ class IncompatibleStoreError(StoreError):
 
 class StoreClosedError(StoreError):
     """The store was closed; no further reads or writes are possible."""
+
+
+class RunIdTakenError(StoreError, ValueError):
+    """A ``run.start`` for a run id that already names another run (a ``run.start`` with another
+    ``event_id``, in any thread). Nothing of the write was stored. It is a ``ValueError`` too: the
+    store refuses what it was given, so the journal reports it at once instead of retrying."""
+
+    def __init__(self, run_id: str, thread_id: str | None = None, event_id: str | None = None) -> None:
+        self.run_id = run_id
+        where = f" (its run.start {event_id!r} is in thread {thread_id!r})" if thread_id else ""
+        super().__init__(
+            f"run id {run_id!r} is already used by another run{where}; nothing was written. A new "
+            "run needs a new run_id; only a retry of the same run.start (same event_id) is accepted"
+        )
+
+
+class CorruptStoreError(StoreError):
+    """Something the store keeps on disk is damaged; the message names the file (and where in it)."""
+
+
+class FollowError(StoreError):
+    """``follow`` could not read the thread ``follow_attempts`` times in a row (a connection that
+    does not come back). The message names the last seq it yielded: follow again after it."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StorageProblem:
+    """Damage a store found in its own storage: ``where`` (a file, with a byte offset when there is
+    one) and ``what`` is wrong there."""
+
+    where: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
 
 
 EventInput = NewEvent | Mapping[str, Any]
@@ -94,6 +129,29 @@ def check_cursor(name: str, value: int | None) -> int | None:
 def check_optional_id(name: str, value: str | None) -> str | None:
     """``None`` or a valid id (ValueError naming ``name`` otherwise)."""
     return None if value is None else validate_id(name, value)
+
+
+def check_task_id(task_id: str | None) -> str | None:
+    """A ``task_id`` read filter is held to the limit writes are (``envelope.validate_task_id``)."""
+    if task_id is None:
+        return None
+    if not isinstance(task_id, str):
+        raise ValueError(f"task_id must be a string, got {type(task_id).__name__}")
+    return validate_task_id(task_id)
+
+
+RUN_START: Final = "run.start"
+
+
+def check_run_starts(batch: Iterable[NewEvent]) -> None:
+    """A write may hold one ``run.start`` per run (repeats of the same event are one event): two
+    with different event ids are two runs under one run id, refused before anything is written."""
+    seen: dict[str, NewEvent] = {}
+    for event in batch:
+        if event.event_type == RUN_START:
+            first = seen.setdefault(event.run_id, event)
+            if first.event_id != event.event_id:
+                raise RunIdTakenError(event.run_id, first.thread_id, first.event_id)
 
 
 def check_statuses(statuses: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -211,6 +269,15 @@ class ThreadQuery:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class StartQuery:
+    """``run.start`` events of runs without a run row, ascending by run id: the first ``limit`` with
+    a run id greater than ``after``."""
+
+    limit: int
+    after: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class RunQuery:
     """Run rows of a thread (or of every thread), with one of ``statuses`` (if given), ordered by
     ``started_at``, else the time of the run's first ``put_run``; ties by ``run_id``."""
@@ -231,6 +298,10 @@ class RunEventStore(abc.ABC):
 
     follow_poll_interval: float = 0.2
     """Seconds between polls in the default ``follow`` (backends with a wake-up signal ignore it)."""
+    follow_attempts: int = 6
+    """Failed reads (or waits) in a row after which ``follow`` gives up with ``FollowError``."""
+    follow_retry_delay: float = 0.1
+    """Seconds ``follow`` waits after its first failure; doubled after each next one, at most 5 s."""
 
     _closed: bool = False
     _set_up: bool = False
@@ -303,6 +374,7 @@ class RunEventStore(abc.ABC):
         batch = [as_new_event(item) for item in events]
         if not batch:
             return []
+        check_run_starts(batch)
         await self._ready()
         return await self._append(batch)
 
@@ -435,7 +507,7 @@ class RunEventStore(abc.ABC):
             thread_id=validate_id("thread_id", thread_id), limit=check_limit(limit),
             after_seq=check_cursor("after_seq", after_seq) or 0,
             run_id=check_optional_id("run_id", run_id), event_types=expand_event_types(event_types),
-            task_id=task_id, user_id=check_optional_id("user_id", user_id),
+            task_id=check_task_id(task_id), user_id=check_optional_id("user_id", user_id),
         ))
 
     async def _page(self, query: EventQuery) -> list[RunEvent]:
@@ -487,22 +559,70 @@ class RunEventStore(abc.ABC):
         cursor = check_cursor("after_seq", after_seq) or 0
         check_optional_id("user_id", user_id)
         await self._ready()
-        async with self._watch(thread_id) as wait:
+        failures = 0
+        async with contextlib.AsyncExitStack() as watching:
+            wait: Waiter | None = None
             while not self._closed:
-                page = await self.list_events(
-                    thread_id, limit=FOLLOW_PAGE, after_seq=cursor, user_id=user_id
-                )
+                try:
+                    if wait is None:
+                        wait = await watching.enter_async_context(self._watch(thread_id))
+                    page = await self.list_events(
+                        thread_id, limit=FOLLOW_PAGE, after_seq=cursor, user_id=user_id
+                    )
+                    if not page and not self._closed:
+                        await wait(cursor)
+                        continue
+                except StoreClosedError:
+                    return
+                except Exception as error:  # noqa: BLE001 - a lost connection: start again below
+                    failures += 1
+                    await self._follow_failed(error, failures, thread_id, cursor)
+                    with contextlib.suppress(Exception):  # the watch's connection is gone too
+                        await watching.aclose()
+                    wait = None
+                    continue
+                failures = 0
                 for event in page:
                     cursor = event.seq
                     yield event
-                if not page and not self._closed:
-                    await wait(cursor)
+
+    async def _follow_failed(self, error: Exception, failures: int, thread_id: str, cursor: int) -> None:
+        """After a failed read or wait of ``follow``: pause before it starts again after ``cursor``
+        (reconnecting, resubscribing), or give up with ``FollowError`` after ``follow_attempts``."""
+        if isinstance(error, ValueError) and not isinstance(error, StoreError):
+            raise error  # not a connection problem: asking again cannot help
+        if failures >= self.follow_attempts:
+            raise FollowError(
+                f"follow of thread {thread_id!r} failed {failures} times in a row "
+                f"({type(error).__name__}: {error}); it yielded every event up to seq {cursor}: "
+                f"follow again with after_seq={cursor} to resume"
+            ) from error
+        await asyncio.sleep(min(self.follow_retry_delay * 2 ** (failures - 1), 5.0))
 
     # -- runs ------------------------------------------------------------------------------------
     async def get_run(self, run_id: str) -> RunRow | None:
         validate_id("run_id", run_id)
         await self._ready()
         return await self._get_run(run_id)
+
+    async def list_runs_without_row(self, *, limit: int = 1000, after: str | None = None) -> list[RunEvent]:
+        """The ``run.start`` events of runs that have no run row, ascending by run id: the first
+        ``limit`` with a run id greater than ``after`` (page with the last one's ``run_id``).
+
+        The journal stores a run's first events before its first row, so a worker that died in
+        between leaves such a run (``reconcile_orphans`` closes it); a producer that writes events
+        without rows leaves one for each of its runs.
+        """
+        query = StartQuery(limit=check_limit(limit), after=check_optional_id("after", after))
+        await self._ready()
+        return await self._select_starts_without_row(query)
+
+    async def check_integrity(self) -> list[StorageProblem]:
+        """Damage the store can see in its own storage (a file whose contents disagree with its
+        index, an unreadable record), each with the file and offset; empty when there is none.
+        ``run-journal URL verify`` reports them. Reading is not changed by it."""
+        await self._ready()
+        return await self._check_integrity()
 
     async def list_runs(
         self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
@@ -585,6 +705,28 @@ class RunEventStore(abc.ABC):
 
     @abc.abstractmethod
     async def _delete_run(self, thread_id: str, run_id: str) -> int: ...
+
+    async def _select_starts_without_row(self, query: StartQuery) -> list[RunEvent]:
+        """``list_runs_without_row``. This default pages through every thread's ``run.start``
+        events (slow on a large store); every backend here keeps an index of run starts instead."""
+        found: dict[str, RunEvent] = {}
+        threads = ThreadQuery(limit=MAX_PAGE)
+        while names := await self._select_threads(threads):
+            for thread_id in names:
+                page = EventQuery(thread_id, MAX_PAGE, after_seq=0, event_types=(RUN_START,))
+                while events := await self._select_events(page):
+                    for event in events:
+                        run_id = event.run_id
+                        if (query.after is None or run_id > query.after) and run_id not in found \
+                                and await self._get_run(run_id) is None:
+                            found[run_id] = event
+                    page = dataclasses.replace(page, after_seq=events[-1].seq)
+            threads = dataclasses.replace(threads, after=names[-1])
+        return [found[run_id] for run_id in sorted(found)[: query.limit]]
+
+    async def _check_integrity(self) -> list[StorageProblem]:
+        """``check_integrity``: a backend that keeps its own files checks them; none by default."""
+        return []
 
     def _watch(self, thread_id: str) -> AbstractAsyncContextManager[Waiter]:
         """The wait hook of ``follow``: entered once per follower, it gives a ``wait(after_seq)``

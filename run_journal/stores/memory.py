@@ -30,13 +30,17 @@ from run_journal.envelope import NewEvent, RunEvent, dumps, loads, utc_now
 from run_journal.runs import RunRow, may_replace
 from run_journal.stores.base import (
     MESSAGE,
+    RUN_START,
     TERMINAL_TYPES,
     EventQuery,
     RunEventStore,
+    RunIdTakenError,
     RunQuery,
+    StartQuery,
     ThreadQuery,
     Waiter,
     as_new_event,
+    check_run_starts,
 )
 
 
@@ -158,6 +162,8 @@ class MemoryRunEventStore(RunEventStore):
         # [id] on writes (creates the thread), .get on reads
         self._threads: defaultdict[str, ThreadEvents] = defaultdict(ThreadEvents)
         self._runs: dict[str, StoredRun] = {}
+        self._run_starts: dict[str, tuple[str, str]] = {}
+        """run_id -> (thread_id, event_id) of its run.start; stale once that event is deleted."""
 
     @classmethod
     def from_url(cls, url: str = "memory://", **options: Any) -> MemoryRunEventStore:
@@ -175,6 +181,7 @@ class MemoryRunEventStore(RunEventStore):
     async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
         with self._lock:
             self._check_open()
+            self._check_starts(batch)
             written = [self._record(event) for event in batch]
         # a new write's result may share the writer's payload objects; a repeat gets its own copy
         return [RunEvent.stored(record.event, record.seq) if new else record.to_event()
@@ -193,9 +200,29 @@ class MemoryRunEventStore(RunEventStore):
             existing = min(firsts, key=_SEQ, default=None)
         if existing is not None:
             return existing, False
+        if event.event_type == RUN_START:
+            self._check_start(event)
+            self._run_starts[event.run_id] = (event.thread_id, event.event_id)
         record = thread.add(event)
         thread.wake()
         return record, True
+
+    def _check_starts(self, batch: Sequence[NewEvent]) -> None:
+        """Under the lock, before anything of ``batch`` is written: its new run.starts are free."""
+        for event in batch:
+            if event.event_type == RUN_START:
+                thread = self._threads.get(event.thread_id)
+                if thread is None or event.event_id not in thread.by_event_id:
+                    self._check_start(event)
+
+    def _check_start(self, event: NewEvent) -> None:
+        """Under the lock: refuse a run.start whose run id another stored run.start holds."""
+        claim = self._run_starts.get(event.run_id)
+        if claim is None or claim == (event.thread_id, event.event_id):
+            return
+        owner = self._threads.get(claim[0])
+        if owner is not None and claim[1] in owner.by_event_id:
+            raise RunIdTakenError(event.run_id, *claim)
 
     async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
         with self._lock:
@@ -206,10 +233,12 @@ class MemoryRunEventStore(RunEventStore):
     async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
         """One locked step: no reader sees the run's last events without its end and its row."""
         batch = [as_new_event(item) for item in events]
+        check_run_starts(batch)
         await self._ready()
         row_json = dumps(row.to_dict())
         with self._lock:
             self._check_open()
+            self._check_starts([*batch, terminal])
             for event in batch:
                 self._record(event)
             stored, _ = self._record(terminal, TERMINAL_TYPES)
@@ -315,6 +344,20 @@ class MemoryRunEventStore(RunEventStore):
         with self._lock:
             stored = self._runs.get(run_id)
         return stored.row() if stored else None
+
+    async def _select_starts_without_row(self, query: StartQuery) -> list[RunEvent]:
+        found: list[Record] = []
+        with self._lock:
+            for run_id, (thread_id, event_id) in sorted(self._run_starts.items()):
+                thread = self._threads.get(thread_id)
+                record = thread.by_event_id.get(event_id) if thread is not None else None
+                after = query.after is not None and run_id <= query.after
+                if record is None or run_id in self._runs or after:
+                    continue
+                found.append(record)
+                if len(found) == query.limit:
+                    break
+        return [record.to_event() for record in found]
 
     async def _select_runs(self, query: RunQuery) -> list[RunRow]:
         with self._lock:

@@ -32,15 +32,19 @@ from run_journal.envelope import NewEvent, RunEvent, dumps, loads, utc_now
 from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores.base import (
     MESSAGE,
+    RUN_START,
     TERMINAL_TYPES,
     EventQuery,
     RunEventStore,
+    RunIdTakenError,
     RunQuery,
+    StartQuery,
     ThreadQuery,
     as_new_event,
+    check_run_starts,
     exclusive_set,
 )
-from run_journal.stores.sql_schema import events, qualified, runs, stamp, threads
+from run_journal.stores.sql_schema import events, qualified, run_starts, runs, stamp, threads
 
 T = TypeVar("T")
 POSTGRES_EXTRA: Final = "pip install 'run-journal[postgres]'"
@@ -137,7 +141,18 @@ class SqlWork:
         self.events = qualified(events, schema)
         self.threads = qualified(threads, schema)
         self.runs = qualified(runs, schema)
+        self.run_starts = qualified(run_starts, schema)
         self.select = f"SELECT {_row_columns()} FROM {self.events}"
+        # the claim of a run id: inserted, or the stored one returned (locked until commit)
+        self.claim_start = (
+            f"INSERT INTO {self.run_starts} AS s (run_id, thread_id, event_id) "
+            "VALUES (:run_id, :thread_id, :event_id) "
+            "ON CONFLICT (run_id) DO UPDATE SET run_id = excluded.run_id RETURNING thread_id, event_id"
+        )
+        self.reclaim_start = (f"UPDATE {self.run_starts} SET thread_id = :thread_id, event_id = :event_id "
+                              "WHERE run_id = :run_id")
+        self.event_stored = (f"SELECT 1 FROM {self.events} "
+                             "WHERE thread_id = :thread_id AND event_id = :event_id")
         self.bump = (
             f"INSERT INTO {self.threads} AS c (thread_id, last_seq) VALUES (:thread_id, :count) "
             "ON CONFLICT (thread_id) DO UPDATE SET last_seq = c.last_seq + excluded.last_seq "
@@ -202,6 +217,9 @@ class SqlWork:
         if len(fresh) < len(first):  # give back the seqs of what was stored already
             last -= len(first) - len(fresh)
             db.run(self.set_last, {"thread_id": thread_id, "last_seq": last})
+        for event in fresh:
+            if event.event_type == RUN_START:
+                self._claim_run_id(db, event)
         start = last - len(fresh) + 1
         seqs = {event.event_id: start + n for n, event in enumerate(fresh)}
         if fresh:
@@ -219,6 +237,18 @@ class SqlWork:
                 returned.add(event_id)
                 results.append((RunEvent.stored(event, seqs[event_id]), True))
         return results
+
+    def _claim_run_id(self, db: SqlSession, event: NewEvent) -> None:
+        """Take the run id for ``event`` (a new run.start), or raise ``RunIdTakenError`` (the
+        transaction is then rolled back whole). A claim whose run.start is no longer stored (a
+        deleted run) is taken over."""
+        params = {"run_id": event.run_id, "thread_id": event.thread_id, "event_id": event.event_id}
+        owner, owner_event = db.rows(self.claim_start, params)[0]
+        if (owner, owner_event) == (event.thread_id, event.event_id):
+            return
+        if db.rows(self.event_stored, {"thread_id": owner, "event_id": owner_event}):
+            raise RunIdTakenError(event.run_id, str(owner), str(owner_event))
+        db.run(self.reclaim_start, params)
 
     def _stored_ids(self, db: SqlSession, thread_id: str, event_ids: list[str]) -> dict[str, tuple[Any, ...]]:
         found: dict[str, tuple[Any, ...]] = {}
@@ -320,6 +350,17 @@ class SqlWork:
         found = db.rows(self.stored_run, {"run_id": run_id})
         return RunRow.from_dict(loads(found[0][0])) if found else None
 
+    def select_starts_without_row(self, db: SqlSession, query: StartQuery) -> list[RunEvent]:
+        sql = (
+            f"SELECT {_row_columns('e.')} FROM {self.run_starts} AS s JOIN {self.events} AS e "
+            "ON e.thread_id = s.thread_id AND e.event_id = s.event_id "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {self.runs} AS r WHERE r.run_id = s.run_id)"
+        )
+        if query.after is not None:
+            sql += " AND s.run_id > :after"
+        sql += " ORDER BY s.run_id LIMIT :limit"
+        return RunEvent.from_rows(db.rows(sql, {"after": query.after, "limit": query.limit}))
+
     def select_runs(self, db: SqlSession, query: RunQuery) -> list[RunRow]:
         where, params = [], {}
         if query.thread_id is not None:
@@ -344,6 +385,7 @@ class SqlWork:
         params = {"thread_id": thread_id, "run_id": run_id}
         deleted = db.run(f"DELETE FROM {self.events} WHERE {where}", params)
         db.run(f"DELETE FROM {self.runs} WHERE {where}", params)
+        db.run(f"DELETE FROM {self.run_starts} WHERE {where}", params)  # the run ids are free again
         return deleted
 
 
@@ -413,6 +455,7 @@ class SqlRunEventStore(RunEventStore):
     async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
         """The run's last events, its terminal event and its row in one transaction."""
         batch = [as_new_event(item) for item in events]
+        check_run_starts(batch)
         await self._ready()
         values = run_values(row)
         try:  # as in _append: the lookup only when an event_id is stored already
@@ -442,6 +485,9 @@ class SqlRunEventStore(RunEventStore):
 
     async def _select_runs(self, query: RunQuery) -> list[RunRow]:
         return await self._read(self._work.select_runs, query)
+
+    async def _select_starts_without_row(self, query: StartQuery) -> list[RunEvent]:
+        return await self._read(self._work.select_starts_without_row, query)
 
     async def _delete_thread(self, thread_id: str) -> int:
         return await self._write(self._work.delete, thread_id)

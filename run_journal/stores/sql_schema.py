@@ -88,6 +88,16 @@ runs = Table(
     Index("ix_run_journal_runs_thread", "thread_id", "started_at"),
 )
 
+run_starts = Table(
+    "run_journal_run_starts",
+    metadata,
+    # One row per run id: the run.start that took it (schema version 3). A second run.start of the
+    # run id with another event_id is refused while that event is stored, in any thread.
+    Column("run_id", ID, primary_key=True),
+    Column("thread_id", ID, nullable=False),
+    Column("event_id", ID, nullable=False),
+)
+
 meta = Table(
     "run_journal_meta",
     metadata,
@@ -121,8 +131,19 @@ def _add_first_put_at_v2(connection: Connection, schema: str | None) -> None:
     connection.exec_driver_sql(f"UPDATE {table} SET first_put_at = updated_at WHERE first_put_at IS NULL")
 
 
+def _add_run_starts_v3(connection: Connection, schema: str | None) -> None:
+    """``run_journal_run_starts``, filled from the stored ``run.start`` events (the earliest written
+    holds a run id that several runs share already)."""
+    run_starts.create(connection, checkfirst=True)
+    connection.exec_driver_sql(
+        f"INSERT INTO {qualified(run_starts, schema)} (run_id, thread_id, event_id) "
+        f"SELECT run_id, thread_id, event_id FROM {qualified(events, schema)} "
+        "WHERE event_type = 'run.start' ORDER BY id ON CONFLICT (run_id) DO NOTHING"
+    )
+
+
 Migration = Callable[[Connection, str | None], None]
-MIGRATIONS: Final[tuple[Migration, ...]] = (_create_v1, _add_first_put_at_v2)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_create_v1, _add_first_put_at_v2, _add_run_starts_v3)
 """Position + 1 is the schema version a migration brings the store to. Append only; never change
 what one does to a store."""
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -3,7 +3,8 @@
 Deduplication by ``event_id``, ``put_if_absent`` and ``count_messages`` need facts about every line
 of a thread. Rereading the thread for each call would make writes O(thread size), so each process
 remembers what it derived up to the committed count it last saw and reads only the lines committed
-since (by any process). A new generation (a delete rewrote the thread) discards the facts. Nothing
+since (by any process). A new generation (a delete rewrote the thread) or a new index file (a repair
+rebuilt it: lines hidden before may be readable now) discards the facts. Nothing
 here decides a seq: that always comes from the file, under the lock.
 """
 
@@ -26,6 +27,7 @@ _STEP: Final = 4096
 @dataclasses.dataclass
 class Facts:
     generation: str = ""
+    index_id: tuple[int, int] = (0, 0)
     count: int = 0
     live: int = 0
     messages: int = 0
@@ -49,8 +51,9 @@ class ThreadFacts:
                 self._facts.pop(directory, None)
                 return Facts()
             facts = self._facts.pop(directory, None)
-            if facts is None or facts.generation != view.generation or facts.count > view.count:
-                facts = Facts(generation=view.generation)
+            if facts is None or facts.generation != view.generation or facts.index_id != view.index_id \
+                    or facts.count > view.count:
+                facts = Facts(generation=view.generation, index_id=view.index_id)
             self._facts[directory] = facts
             while len(self._facts) > MAX_THREADS:
                 self._facts.popitem(last=False)

@@ -4,6 +4,7 @@
     threads/<name>/                     one thread: see ``log`` (lock, meta, events, index)
     threads/<name>/runs/<name>.json     run rows of that thread, each replaced atomically
     run_index/<name>                    run id -> thread id, so ``get_run`` needs no scan
+    run_starts/<name>                   run id -> the run.start that took it (``starts``)
 
 ``<name>`` is ``base.file_name(id)`` and every path is built through ``base.path_inside``, so no id
 can name a path outside the root (checked again on the resolved path). Blocking: call from a worker
@@ -13,17 +14,20 @@ thread.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 from run_journal.stores.base import (
     CONTRACT_MAJOR,
     CONTRACT_VERSION,
+    CorruptStoreError,
     IncompatibleStoreError,
     file_name,
     path_inside,
 )
-from run_journal.stores.jsonl.log import read_meta, write_atomic
+from run_journal.stores.jsonl.damage import read_meta
+from run_journal.stores.jsonl.files import CorruptRecordWarning, write_atomic
 
 
 class Layout:
@@ -36,6 +40,7 @@ class Layout:
         """Make the directories and the contract marker; refuse a directory of another major."""
         (self.root / "threads").mkdir(parents=True, exist_ok=True)
         (self.root / "run_index").mkdir(exist_ok=True)
+        (self.root / "run_starts").mkdir(exist_ok=True)
         marker = self.root / "store.json"
         if not marker.exists():
             data = json.dumps({"contract_version": CONTRACT_VERSION, "format": "run-journal-jsonl"})
@@ -56,11 +61,19 @@ class Layout:
     def run_pointer(self, run_id: str) -> Path:
         return path_inside(self.root, "run_index", file_name(run_id))
 
+    def start_claim(self, run_id: str) -> Path:
+        return path_inside(self.root, "run_starts", file_name(run_id))
+
     def threads(self) -> Iterator[tuple[str, Path]]:
-        """``(thread_id, directory)`` of every thread that ever held events."""
+        """``(thread_id, directory)`` of every thread that ever held events (one whose ``meta.json``
+        is damaged beyond recovery is left out, with a warning naming it)."""
         for directory in (self.root / "threads").iterdir():
-            meta = read_meta(directory)
-            if meta is not None:
+            try:
+                meta = read_meta(directory)
+            except CorruptStoreError as error:
+                warnings.warn(f"{error}; the thread is left out", CorruptRecordWarning, stacklevel=2)
+                continue
+            if meta is not None and meta["thread_id"]:
                 yield meta["thread_id"], directory
 
     def run_folders(self, thread_id: str | None) -> list[Path]:

@@ -11,6 +11,10 @@ A thread directory holds::
 Writers hold ``flock(LOCK_EX)`` on ``lock`` while they read ``n``, append lines, append index words
 and finally overwrite word 0: that aligned 8-byte write is the commit, so a batch appears all at once
 and a writer killed at any point leaves only an uncommitted tail, which the next writer cuts off.
+Every write is whole or an error (``files.write_fully``): the commit comes only after all the lines
+and index words are written (and, with ``durable``, synced), so the committed count never covers
+bytes that are not there, and ``n`` never goes down (``damage``: what a writer does when the files
+disagree with it), so no seq is handed out twice.
 Readers take no lock: they read ``n`` and never look past ``end(n)``. Seq k spans
 ``[end(k-1), end(k))``; a deleted event keeps its index word with a zero-length span, so seq numbers
 are never reused and seq k is always found with one seek. Deleting rewrites a new generation and
@@ -20,80 +24,64 @@ switches ``meta.json`` atomically; open readers keep reading the old (unlinked) 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-import struct
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Final
 
 from run_journal.envelope import NewEvent, dumps
+from run_journal.stores.jsonl import damage
+from run_journal.stores.jsonl.files import (
+    PACK,
+    WORD,
+    CorruptRecordWarning,
+    Record,
+    last_line,
+    locked,
+    parse_line,
+    read_at,
+    write_atomic,
+    write_fully,
+)
 
-WORD: Final = 8
-_PACK: Final = struct.Struct(">Q")
-Record = dict[str, Any]
+__all__ = [  # what the store and the tests take from here
+    "WORD", "CorruptRecordWarning", "Record", "Snapshot", "append", "clear", "event_line", "locked",
+    "open_for_write", "read_at", "read_meta", "rewrite", "snapshot", "write_atomic",
+]
+
+_PACK: Final = PACK
 Predicate = Callable[[Record], bool]
-
-
-class CorruptRecordWarning(RuntimeWarning):
-    """A committed JSONL line could not be decoded; readers skip it instead of failing."""
-
-
-def read_at(handle: IO[bytes], offset: int, size: int) -> bytes:
-    """Every byte a reader takes from an events or index file goes through here (tests count them)."""
-    if size <= 0:
-        return b""
-    return os.pread(handle.fileno(), size, offset)
-
-
-def write_atomic(path: Path, data: bytes, *, durable: bool) -> None:
-    """Replace ``path`` with ``data`` so that readers see the old or the new content, never a mix."""
-    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(temp, "wb") as handle:
-        handle.write(data)
-        if durable:
-            os.fsync(handle.fileno())
-    os.replace(temp, path)
-
-
-@contextlib.contextmanager
-def locked(directory: Path) -> Iterator[None]:
-    """Hold the thread's exclusive OS lock (blocks; call from a worker thread, never the loop)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the flock
-
-
-def read_meta(directory: Path) -> dict[str, str] | None:
-    try:
-        meta: dict[str, str] = json.loads((directory / "meta.json").read_bytes())
-    except FileNotFoundError:
-        return None
-    return meta
+read_meta = damage.read_meta
 
 
 class Snapshot:
-    """A consistent view of one generation of a thread: open files and the committed count."""
+    """A consistent view of one generation of a thread: open files and the committed count.
+
+    ``count`` is the committed count, or fewer when the index lost words (``damaged``, then).
+    ``damaged`` is also set when a committed line could not be read; ``index_id`` tells one index
+    file from the one a repair wrote in its place.
+    """
 
     def __init__(self, directory: Path, generation: str, *, writable: bool = False) -> None:
         mode = "r+b" if writable else "rb"
         self.directory = directory
         self.generation = generation
+        self.damaged = False
         self.events: IO[bytes] = open(directory / f"events-{generation}.jsonl", mode)  # noqa: SIM115 - closed by close()
         try:
             self.index: IO[bytes] = open(directory / f"index-{generation}.bin", mode)  # noqa: SIM115 - closed by close()
         except BaseException:
             self.events.close()
             raise
+        status = os.fstat(self.index.fileno())
+        self.index_id = (status.st_dev, status.st_ino)
         header = read_at(self.index, 0, WORD)
-        self.count = _PACK.unpack(header)[0] if len(header) == WORD else 0
+        self.header = _PACK.unpack(header)[0] if len(header) == WORD else 0
+        self.count = min(self.header, max(0, status.st_size // WORD - 1))
+        self.damaged = self.count < self.header
 
     def close(self) -> None:
         self.events.close()
@@ -126,6 +114,8 @@ class Snapshot:
                 record = decode(line, seq, self.directory)
                 if record is not None:
                     yield record
+                else:
+                    self.damaged = True
 
     def forward(
         self, after_seq: int, limit: int, keep: Predicate, stop_before: int | None = None
@@ -162,14 +152,19 @@ class Snapshot:
 
 
 def decode(line: bytes, seq: int, directory: Path) -> Record | None:
-    """One committed line as a dict; a damaged line is reported and skipped, never raised."""
-    try:
-        record: Record = json.loads(line)
-        if record.get("seq") == seq:
-            return record
-        problem = f"carries seq {record.get('seq')!r}"
-    except (ValueError, AttributeError) as error:
-        problem = f"is not valid JSON ({error})"
+    """One committed line as a dict; a damaged line is reported and skipped, never raised.
+
+    A span that holds damaged bytes before its line (kept in place when an index was rebuilt around
+    them) yields its last line.
+    """
+    record = parse_line(line)
+    if record is not None and record["seq"] == seq:
+        return record
+    tail = last_line(line)
+    found = parse_line(tail) if tail is not None else None
+    if found is not None and found["seq"] == seq:
+        return found
+    problem = f"carries seq {record['seq']!r}" if record is not None else "is not valid JSON"
     message = f"{directory}: the line of seq {seq} {problem}; skipped"
     warnings.warn(message, CorruptRecordWarning, stacklevel=2)
     return None
@@ -203,7 +198,7 @@ def snapshot(directory: Path) -> Iterator[Snapshot | None]:
         try:
             view = Snapshot(directory, meta["generation"])
         except FileNotFoundError:
-            _restore_index(directory, meta["generation"])
+            damage.restore_index(directory, meta["generation"])
             continue  # or a delete switched generations between reading meta and opening the files
         try:
             yield view
@@ -213,68 +208,84 @@ def snapshot(directory: Path) -> Iterator[Snapshot | None]:
     raise RuntimeError(f"{directory}: the thread keeps changing generation; try again")
 
 
-def _restore_index(directory: Path, generation: str) -> None:
-    """A reader found events without their index (lost or removed): rebuild it under the lock."""
-    if (directory / f"events-{generation}.jsonl").exists():
-        with locked(directory):
-            meta = read_meta(directory)
-            index = directory / f"index-{generation}.bin"
-            if meta and meta["generation"] == generation and not index.exists():
-                rebuild_index(directory, generation)
-
-
 # -- writing (caller holds ``locked(directory)``) -------------------------------------------------
 def open_for_write(directory: Path, thread_id: str, *, durable: bool) -> Snapshot:
-    """The current generation, created if new and repaired if a writer died before committing."""
+    """The current generation, created if new and repaired if a writer died before committing or
+    the files were damaged (``damage.repair``): what it returns agrees with its files."""
     meta = read_meta(directory)
     if meta is None:
         generation = uuid.uuid4().hex
-        (directory / f"events-{generation}.jsonl").touch()
-        (directory / f"index-{generation}.bin").write_bytes(_PACK.pack(0))
-        _write_meta(directory, thread_id, generation, durable=durable)
+        events, index = directory / f"events-{generation}.jsonl", directory / f"index-{generation}.bin"
+        try:
+            write_atomic(events, b"", durable=durable)
+            write_atomic(index, _PACK.pack(0), durable=durable)
+            _write_meta(directory, thread_id, generation, durable=durable)
+        except BaseException:
+            for path in (events, index):
+                path.unlink(missing_ok=True)
+            raise
     else:
         generation = meta["generation"]
+        if meta.get("damaged"):  # read_meta found the data files beside a damaged meta.json
+            _write_meta(directory, thread_id, generation, durable=durable)
         index_path = directory / f"index-{generation}.bin"
         if not index_path.exists():
-            rebuild_index(directory, generation)
+            damage.reindex(directory, generation, None)
     view = Snapshot(directory, generation, writable=True)
-    repair(view)
+    try:
+        if not damage.consistent(view):
+            known = damage.trusted_count(view)
+            view.close()
+            damage.reindex(directory, generation, known)
+            view = Snapshot(directory, generation, writable=True)
+        cut_tail(view)
+    except BaseException:
+        view.close()
+        raise
     return view
 
 
-def repair(view: Snapshot) -> None:
-    """Cut an uncommitted tail (torn line, index words past the header) left by a killed writer."""
-    index_size = os.fstat(view.index.fileno()).st_size
-    if index_size < WORD * (view.count + 1):  # the index lost words it had committed
-        view.count = max(0, index_size // WORD - 1)
-        commit(view, view.count, durable=False)
-    events_size = os.fstat(view.events.fileno()).st_size
-    while view.count and view.committed_end() > events_size:  # lost a committed line (power loss)
-        view.count -= 1
-        commit(view, view.count, durable=False)
-    os.ftruncate(view.index.fileno(), WORD * (view.count + 1))
-    if events_size > view.committed_end():
-        os.ftruncate(view.events.fileno(), view.committed_end())
+def cut_tail(view: Snapshot) -> None:
+    """Cut an uncommitted tail (a torn line, index words past the header) left by a killed writer
+    (or a failed write): the next batch goes where the committed data ends."""
+    end = view.committed_end()
+    if os.fstat(view.index.fileno()).st_size > WORD * (view.count + 1):
+        os.ftruncate(view.index.fileno(), WORD * (view.count + 1))
+    if os.fstat(view.events.fileno()).st_size > end:
+        os.ftruncate(view.events.fileno(), end)
 
 
 def append(view: Snapshot, lines: list[bytes], *, durable: bool) -> None:
-    """Append committed-at-once lines for seq ``count+1 ..``; the header write is the commit."""
-    end = view.committed_end()
+    """Append committed-at-once lines for seq ``count+1 ..``; the header write is the commit.
+
+    Every byte is written (and, ``durable``, synced) before the commit; a failure raises
+    ``OSError`` with nothing committed, and the partial tail is cut at once (or by the next writer).
+    """
+    end = start = view.committed_end()
     offsets = []
     for line in lines:
         end += len(line)
         offsets.append(_PACK.pack(end))
-    os.pwrite(view.events.fileno(), b"".join(lines), view.committed_end())
-    if durable:
-        os.fsync(view.events.fileno())
-    os.pwrite(view.index.fileno(), b"".join(offsets), WORD * (view.count + 1))
-    commit(view, view.count + len(lines), durable=durable)
+    events_path = view.directory / f"events-{view.generation}.jsonl"
+    index_path = view.directory / f"index-{view.generation}.bin"
+    try:
+        write_fully(view.events.fileno(), b"".join(lines), start, events_path)
+        if durable:
+            os.fsync(view.events.fileno())
+        write_fully(view.index.fileno(), b"".join(offsets), WORD * (view.count + 1), index_path)
+        commit(view, view.count + len(lines), durable=durable)
+    except OSError:
+        with contextlib.suppress(OSError):  # the next writer cuts it otherwise
+            cut_tail(view)
+        raise
 
 
 def commit(view: Snapshot, count: int, *, durable: bool) -> None:
+    """Overwrite word 0 with ``count``: one aligned 8-byte write, whole or an error."""
     if durable:
         os.fsync(view.index.fileno())
-    os.pwrite(view.index.fileno(), _PACK.pack(count), 0)
+    write_fully(view.index.fileno(), _PACK.pack(count), 0,
+                view.directory / f"index-{view.generation}.bin")
     if durable:
         os.fsync(view.index.fileno())
     view.count = count
@@ -325,38 +336,6 @@ def remove_data(directory: Path, *, keep: str | None = None) -> None:
         stale_data = name.startswith(("events-", "index-")) and (keep is None or keep not in name)
         if stale_data or (name.startswith(".") and name.endswith(".tmp")):
             path.unlink(missing_ok=True)
-
-
-def rebuild_index(directory: Path, generation: str) -> None:
-    """Recreate a lost index from the events file: whole, decodable lines with rising seqs.
-
-    Seqs missing between lines (deleted events) get zero-length spans; the first damaged line and
-    everything after it is reported and left out (the next write cuts it off).
-    """
-    data = (directory / f"events-{generation}.jsonl").read_bytes()
-    offsets: list[int] = []
-    end = 0
-    lines = data.split(b"\n")
-    for number, line in enumerate(lines):
-        if number == len(lines) - 1 and not line:
-            break  # the file ends with a whole line
-        try:
-            seq = json.loads(line)["seq"] if number < len(lines) - 1 else None
-            valid = isinstance(seq, int) and seq > len(offsets)
-        except (ValueError, KeyError, TypeError):
-            valid = False
-        if not valid or seq is None:  # seq None: the unterminated last line
-            warnings.warn(
-                f"{directory}: dropped a damaged line at byte {end} while rebuilding the index",
-                CorruptRecordWarning,
-                stacklevel=2,
-            )
-            break
-        offsets.extend([end] * (seq - 1 - len(offsets)))
-        end += len(line) + 1
-        offsets.append(end)
-    words = [_PACK.pack(len(offsets)), *(_PACK.pack(offset) for offset in offsets)]
-    write_atomic(directory / f"index-{generation}.bin", b"".join(words), durable=False)
 
 
 def _write_meta(directory: Path, thread_id: str, generation: str, *, durable: bool) -> None:

@@ -12,14 +12,15 @@ import contextlib
 import json
 import os
 import uuid
+import warnings
 from datetime import datetime
 from pathlib import Path
 
 from run_journal.envelope import dumps, utc_now
 from run_journal.runs import RunRow, may_replace
-from run_journal.stores.base import RunQuery
+from run_journal.stores.base import CorruptStoreError, RunQuery, StorageProblem
+from run_journal.stores.jsonl.files import CorruptRecordWarning, locked, write_atomic
 from run_journal.stores.jsonl.layout import Layout
-from run_journal.stores.jsonl.log import locked, write_atomic
 
 
 class RunFiles:
@@ -36,7 +37,12 @@ class RunFiles:
             owner = self._claim(pointer, row.thread_id)
             if owner != row.thread_id:
                 raise ValueError(f"run {row.run_id!r} belongs to thread {owner!r}, not {row.thread_id!r}")
-            stored = read_run(path)
+            try:
+                stored = read_run(path)
+            except CorruptStoreError as error:  # the row being written replaces the damaged one
+                warnings.warn(f"{error}; replaced by the row being written", CorruptRecordWarning,
+                              stacklevel=2)
+                stored = None
             if stored is not None and not may_replace(stored[0].status, row.status):
                 return stored[0]
             first_put_at = stored[1] if stored else utc_now().isoformat()
@@ -82,7 +88,11 @@ class RunFiles:
         found: list[tuple[datetime, str, RunRow]] = []
         for folder in self._layout.run_folders(query.thread_id):
             for path in folder.glob("*.json") if folder.is_dir() else ():
-                stored = read_run(path)
+                try:
+                    stored = read_run(path)
+                except CorruptStoreError as error:  # only that run is affected
+                    warnings.warn(f"{error}; left out", CorruptRecordWarning, stacklevel=2)
+                    continue
                 if stored is not None and (query.statuses is None or stored[0].status in query.statuses):
                     row, first_put_at = stored
                     started = row.started_at or datetime.fromisoformat(first_put_at)
@@ -93,9 +103,10 @@ class RunFiles:
         """Remove every run of the thread (the caller holds the thread's lock)."""
         folder = self._layout.thread_dir(thread_id) / "runs"
         for path in list(folder.glob("*.json")) if folder.is_dir() else ():
-            stored = read_run(path)
-            if stored is not None:
-                self._layout.run_pointer(stored[0].run_id).unlink(missing_ok=True)
+            with contextlib.suppress(CorruptStoreError):  # a damaged row goes too; its pointer stays
+                stored = read_run(path)
+                if stored is not None:
+                    self._layout.run_pointer(stored[0].run_id).unlink(missing_ok=True)
             path.unlink()
 
     def drop_run(self, thread_id: str, run_id: str) -> None:
@@ -108,9 +119,29 @@ class RunFiles:
 
 
 def read_run(path: Path) -> tuple[RunRow, str] | None:
-    """A stored run row and its first ``put_run`` time (ISO text), or None."""
+    """A stored run row and its first ``put_run`` time (ISO text), or None; ``CorruptStoreError``
+    naming the file when it is damaged."""
     try:
-        data = json.loads(path.read_bytes())
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
-    return RunRow.from_dict(data["row"]), str(data["first_put_at"])
+    try:
+        stored = json.loads(data)
+        return RunRow.from_dict(stored["row"]), str(stored["first_put_at"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise CorruptStoreError(f"the run row file {path} is damaged ({type(error).__name__}: {error})") \
+            from error
+
+
+def check_runs(layout: Layout) -> list[StorageProblem]:
+    """Every run row file that cannot be read (``verify``)."""
+    problems = []
+    for folder in layout.run_folders(None):
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+            try:
+                read_run(path)
+            except CorruptStoreError as error:
+                cause = error.__cause__
+                problems.append(StorageProblem(path.relative_to(layout.root).as_posix(),
+                                               f"damaged run row ({type(cause).__name__}: {cause})"))
+    return problems

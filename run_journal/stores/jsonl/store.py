@@ -1,8 +1,9 @@
 """``JsonlRunEventStore``: a directory of append-only JSON Lines files, safe for several processes.
 
-Where things are: ``layout``. One thread's files and how a batch is committed: ``log``. Run rows:
-``runs``. Every file operation runs in a worker thread (``asyncio.to_thread``): the event loop that
-hosts the journal never blocks on disk.
+Where things are: ``layout``. One thread's files and how a batch is committed: ``log`` (on
+``files``' whole writes and locks). Damaged files, found and contained: ``damage``. Run rows:
+``runs``; which run.start holds each run id: ``starts``. Every file operation runs in a worker thread
+(``asyncio.to_thread``): the event loop that hosts the journal never blocks on disk.
 
 Seq numbers come from the committed count on disk, read under the thread's ``flock``; the only
 in-process state is a cache of facts derived from committed lines (``facts``: event ids, first event
@@ -20,16 +21,21 @@ from typing import Any, TypeVar
 from run_journal.envelope import NewEvent, RunEvent
 from run_journal.runs import RunRow
 from run_journal.stores.base import (
+    RUN_START,
+    CorruptStoreError,
     EventQuery,
     RunEventStore,
     RunQuery,
+    StartQuery,
+    StorageProblem,
     ThreadQuery,
     metadata_task_id,
 )
-from run_journal.stores.jsonl import log
+from run_journal.stores.jsonl import damage, log
 from run_journal.stores.jsonl.facts import Facts, ThreadFacts
 from run_journal.stores.jsonl.layout import Layout
-from run_journal.stores.jsonl.runs import RunFiles
+from run_journal.stores.jsonl.runs import RunFiles, check_runs
+from run_journal.stores.jsonl.starts import RunStarts
 from run_journal.stores.urls import file_path_of
 
 T = TypeVar("T")
@@ -48,6 +54,9 @@ class JsonlRunEventStore(RunEventStore):
         self._layout = Layout(self.root)
         self._runs = RunFiles(self._layout, durable=durable)
         self._facts = ThreadFacts()
+        self._starts = RunStarts(self._layout, self._facts, durable=durable)
+        self._checked: set[tuple[Path, str, tuple[int, int]]] = set()
+        """Index files a reader found damaged lines in and asked to repair (once each)."""
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> JsonlRunEventStore:
@@ -70,6 +79,8 @@ class JsonlRunEventStore(RunEventStore):
         by_thread: dict[str, list[int]] = {}
         for position, event in enumerate(batch):
             by_thread.setdefault(event.thread_id, []).append(position)
+        if len(by_thread) > 1:
+            self._starts.check(batch)  # one thread's refusal must not come after another's write
         results: list[RunEvent] = [None] * len(batch)  # type: ignore[list-item]  # every slot is filled below
         for thread_id, positions in by_thread.items():
             stored = self._write_thread(thread_id, [batch[i] for i in positions], exclusive=None)
@@ -114,6 +125,9 @@ class JsonlRunEventStore(RunEventStore):
                         fresh[event.event_id] = (event, written.seq)
                         lines.append(log.event_line(event, written.seq))
                         results.append((written, True))
+                for event, _ in fresh.values():  # before anything is appended
+                    if event.event_type == RUN_START:
+                        self._starts.claim(event, facts)
                 if lines:
                     log.append(view, lines, durable=self.durable)
                 return results
@@ -132,14 +146,32 @@ class JsonlRunEventStore(RunEventStore):
             return query.admits(record["run_id"], record["category"], record["event_type"],
                                 record.get("user_id"), metadata_task_id(record["metadata"]))
 
-        with log.snapshot(self._layout.thread_dir(query.thread_id)) as view:
-            if view is None:
-                return []
-            if query.after_seq is not None:
-                records = view.forward(query.after_seq, query.limit, keep, stop_before=query.before_seq)
-            else:
-                records = view.backward(query.before_seq, query.limit, keep)
+        directory = self._layout.thread_dir(query.thread_id)
+        for _ in range(2):
+            with log.snapshot(directory) as view:
+                if view is None:
+                    return []
+                if query.after_seq is not None:
+                    records = view.forward(query.after_seq, query.limit, keep, stop_before=query.before_seq)
+                else:
+                    records = view.backward(query.before_seq, query.limit, keep)
+                damaged = (directory, view.generation, view.index_id) if view.damaged else None
+            if damaged is None or damaged in self._checked or not self._repair(query.thread_id, damaged):
+                break
         return [RunEvent.from_dict(record) for record in records]
+
+    def _repair(self, thread_id: str, seen: tuple[Path, str, tuple[int, int]]) -> bool:
+        """A read met damaged lines: let a writer's repair look at the thread once (lines that moved
+        are found again); True when it rebuilt the index, so the read is worth doing again."""
+        self._checked.add(seen)
+        directory, generation, index_id = seen
+        with log.locked(directory):
+            meta = log.read_meta(directory)
+            if meta is None or meta["generation"] != generation:
+                return True  # rewritten meanwhile
+            log.open_for_write(directory, thread_id, durable=self.durable).close()
+        with log.snapshot(directory) as view:
+            return view is not None and view.index_id != index_id
 
     async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
         facts = await self._run(lambda: self._facts_of(self._layout.thread_dir(thread_id)))
@@ -176,6 +208,24 @@ class JsonlRunEventStore(RunEventStore):
     async def _select_runs(self, query: RunQuery) -> list[RunRow]:
         return await self._run(self._runs.select, query)
 
+    async def _select_starts_without_row(self, query: StartQuery) -> list[RunEvent]:
+        return await self._run(self._starts.without_row, query, self._has_row)
+
+    def _has_row(self, run_id: str) -> bool:
+        try:
+            return self._runs.get(run_id) is not None
+        except CorruptStoreError:
+            return True  # a damaged row is a row (verify reports it)
+
+    async def _check_integrity(self) -> list[StorageProblem]:
+        return await self._run(self._check_sync)
+
+    def _check_sync(self) -> list[StorageProblem]:
+        problems: list[StorageProblem] = []
+        for directory in sorted((self.root / "threads").iterdir()):
+            problems += damage.check_thread(directory, self.root)
+        return problems + check_runs(self._layout)
+
     # -- deletes ---------------------------------------------------------------------------------
     async def _delete_thread(self, thread_id: str) -> int:
         return await self._run(self._delete_sync, thread_id, None)
@@ -192,6 +242,8 @@ class JsonlRunEventStore(RunEventStore):
             if log.read_meta(directory) is not None:
                 view = log.open_for_write(directory, thread_id, durable=self.durable)
                 try:
+                    started = [run for run, kind in self._facts.refresh(directory, view).first_of_type
+                               if kind == RUN_START and run_id in (None, run)]
                     if run_id is None:
                         deleted = log.clear(view, thread_id, durable=self.durable)
                     else:
@@ -199,6 +251,7 @@ class JsonlRunEventStore(RunEventStore):
                                               durable=self.durable)
                 finally:
                     view.close()
+                self._starts.release(thread_id, started)
             if run_id is None:
                 self._runs.drop_thread(thread_id)
             else:
@@ -209,5 +262,6 @@ class JsonlRunEventStore(RunEventStore):
 def _existing(view: log.Snapshot, seq: int) -> RunEvent:
     record = view.record_at(seq)
     if record is None:
-        raise RuntimeError(f"{view.directory}: seq {seq} is indexed but unreadable")
+        raise CorruptStoreError(f"{view.directory}/events-{view.generation}.jsonl: the stored event "
+                                f"at seq {seq} is damaged, so it can not be returned")
     return RunEvent.from_dict(record)

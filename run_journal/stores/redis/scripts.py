@@ -12,7 +12,9 @@ Key layout (``P`` is the store prefix, ``B`` = ``P t/<thread>/``):
 ``B r/<run>/ty/<type>``, ``B task/<sha1(task_id)>``, ``B u/<user>/all``, ``B u/<user>/msg``;
 ``B keys`` (set of the dynamic index keys, for deletes and TTL), ``B users``, ``B runs`` (run ids,
 score = started_at or else first put_run, epoch microseconds); global: ``P threads``,
-``P u/<user>/threads`` (lexical sets), ``P run/<run>`` (run row hash), ``P runs`` (as ``B runs``).
+``P u/<user>/threads`` (lexical sets), ``P run/<run>`` (run row hash), ``P runs`` (as ``B runs``),
+``P start/<run>`` (``<thread>\n<event_id>`` of the run's ``run.start``: the run id is taken while
+that event is stored), ``P starts`` (lexical set of run ids that have a ``run.start`` and no row yet).
 Channel ``B new`` carries the last seq after each append.
 """
 
@@ -60,7 +62,9 @@ APPEND: Final = _FIXED_KEYS + """
 -- ARGV: prefix, thread_id, mode ('append' | 'once'), ttl_seconds, n, then n event types (mode
 -- 'once': the run may hold none of them), then 7 fields per event: event_id, run_id, event_type,
 -- is_message ('1'/'0'), task key ('' or sha1), user_id ('' or id), record.
--- Returns seq, stored-record-or-false per event (a record when the event was stored before).
+-- Returns seq, stored-record-or-false per event (a record when the event was stored before); or,
+-- writing nothing, {'run_taken', run_id, thread, event_id} when a new run.start names a run id whose
+-- run.start (another event) is stored.
 local P, T, mode, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local nx = tonumber(ARGV[5])
 local B = P .. 't/' .. T .. '/'
@@ -68,6 +72,26 @@ local last = tonumber(redis.call('GET', B .. 'seq') or '0')
 if last == 0 and redis.call('EXISTS', B .. 'ev', B .. 'ids', B .. 'keys') > 0 then
   -- leftovers of a thread whose counter expired first (keys expire one by one): seq restarts at 1
   drop_thread(P, T, B, false)
+end
+
+-- The owner of a run id a new run.start (event eid of thread T) would take, or nil: a claim whose
+-- run.start is still stored, or another run.start of the run in this thread.
+local function run_taken(P, T, B, run, eid)
+  local claim = redis.call('GET', P .. 'start/' .. run)
+  if claim and claim ~= T .. '\\n' .. eid then
+    local cut = string.find(claim, '\\n', 1, true)
+    local owner, owner_event = string.sub(claim, 1, cut - 1), string.sub(claim, cut + 1)
+    if redis.call('HEXISTS', P .. 't/' .. owner .. '/ids', owner_event) == 1 then
+      return {'run_taken', run, owner, owner_event}
+    end
+  end
+  local first = redis.call('ZRANGE', B .. 'r/' .. run .. '/ty/run.start', 0, 0)[1]
+  local record = first and redis.call('HGET', B .. 'ev', first)
+  if record then
+    local other = cjson.decode(record).event_id
+    if other ~= eid then return {'run_taken', run, T, other} end
+  end
+  return nil
 end
 
 -- decide: no writes in this loop
@@ -88,7 +112,11 @@ for o = 6 + nx, #ARGV, 7 do
     end
     if stored then
       seq = tonumber(known)
-    else
+    elseif ARGV[o + 2] == 'run.start' then
+      local taken = run_taken(P, T, B, ARGV[o + 1], eid)
+      if taken then return taken end
+    end
+    if not stored then
       last = last + 1
       seq = last
       fresh[eid] = seq
@@ -127,6 +155,11 @@ for _, o in ipairs(plan) do
     if msg == '1' then index(B .. 'u/' .. user .. '/msg', s) end
     users[user] = true
   end
+  if etype == 'run.start' then
+    redis.call('SET', P .. 'start/' .. run, T .. '\\n' .. eid)
+    if redis.call('EXISTS', P .. 'run/' .. run) == 0 then redis.call('ZADD', P .. 'starts', 0, run) end
+  end
+  if ttl > 0 then redis.call('EXPIRE', P .. 'start/' .. run, ttl) end
 end
 redis.call('SET', B .. 'seq', last)
 redis.call('ZADD', P .. 'threads', 0, T)
@@ -168,7 +201,22 @@ DELETE_THREAD: Final = _FIXED_KEYS + """
 -- ARGV: prefix, thread_id. Deletes events, indexes and run rows of the thread; the counter stays,
 -- so new events continue above the highest seq ever assigned.
 local P, T = ARGV[1], ARGV[2]
-return drop_thread(P, T, P .. 't/' .. T .. '/', true)
+local B = P .. 't/' .. T .. '/'
+-- the run ids its run.starts took are free again
+local starts = redis.call('ZRANGE', B .. 'ty/run.start', 0, -1)
+for i = 1, #starts, 500 do
+  local records = redis.call('HMGET', B .. 'ev', unpack(starts, i, math.min(i + 499, #starts)))
+  for _, record in ipairs(records) do
+    if record then
+      local e = cjson.decode(record)
+      if redis.call('GET', P .. 'start/' .. e.run_id) == T .. '\\n' .. e.event_id then
+        redis.call('UNLINK', P .. 'start/' .. e.run_id)
+        redis.call('ZREM', P .. 'starts', e.run_id)
+      end
+    end
+  end
+end
+return drop_thread(P, T, B, true)
 """
 
 DELETE_RUN: Final = """
@@ -189,6 +237,10 @@ for i = 1, #seqs, 500 do
     if record then
       local e = cjson.decode(record)
       redis.call('HDEL', B .. 'ids', e.event_id)
+      if redis.call('GET', P .. 'start/' .. run) == T .. '\\n' .. e.event_id then
+        redis.call('UNLINK', P .. 'start/' .. run) -- the run id is free again
+        redis.call('ZREM', P .. 'starts', run)
+      end
       local shared = {B .. 'ty/' .. e.event_type}
       types[e.event_type] = true
       local task = type(e.metadata) == 'table' and e.metadata.task_id
@@ -249,6 +301,7 @@ if ARGV[7] ~= '' then score = ARGV[7] end
 redis.call('HSET', key, 'status', status, 'thread_id', T, 'first_put', first_put, 'row', row)
 redis.call('ZADD', P .. 't/' .. T .. '/runs', score, run)
 redis.call('ZADD', P .. 'runs', score, run)
+redis.call('ZREM', P .. 'starts', run)
 if ttl > 0 then
   redis.call('EXPIRE', key, ttl)
   redis.call('EXPIRE', P .. 't/' .. T .. '/runs', ttl)

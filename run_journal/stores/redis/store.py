@@ -34,10 +34,13 @@ from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores.base import (
     CONTRACT_MAJOR,
     CONTRACT_VERSION,
+    RUN_START,
     EventQuery,
     IncompatibleStoreError,
     RunEventStore,
+    RunIdTakenError,
     RunQuery,
+    StartQuery,
     ThreadQuery,
     Waiter,
     metadata_task_id,
@@ -184,7 +187,12 @@ class RedisRunEventStore(RunEventStore):
                     event.user_id or "", encode(event),
                 ]
             calls.append((self._append_script, [], args))
+        if mode == "append" and len(calls) > 1 and any(e.event_type == RUN_START for e in batch):
+            await self._check_starts(batch)  # a later thread's refusal must not follow earlier writes
         replies = await run_scripts(self._client, calls)
+        for reply in replies:
+            if reply and text(reply[0]) == "run_taken":
+                raise RunIdTakenError(text(reply[1]), text(reply[2]), text(reply[3]))
         results: list[tuple[RunEvent, bool]] = [None] * len(batch)  # type: ignore[list-item]  # filled below
         for (thread_id, positions), reply in zip(by_thread.items(), replies, strict=True):
             written: dict[int, RunEvent] = {}
@@ -198,6 +206,53 @@ class RedisRunEventStore(RunEventStore):
                     written[seq] = RunEvent.stored(batch[position], seq)
                     results[position] = (written[seq], True)
         return results
+
+    async def _check_starts(self, batch: Sequence[NewEvent]) -> None:
+        """Before a batch over several threads (one script each, so not one atomic step): refuse it
+        whole if one of its new run.starts names a run id another stored run.start holds."""
+        for event in batch:
+            if event.event_type != RUN_START:
+                continue
+            claim = await self._client.get(f"{self._prefix}start/{event.run_id}")
+            if claim is None:
+                continue
+            owner, _, owner_event = text(claim).partition("\n")
+            if (owner, owner_event) != (event.thread_id, event.event_id) and await self._client.hexists(
+                self._thread_key(owner, "ids"), owner_event
+            ):
+                raise RunIdTakenError(event.run_id, owner, owner_event)
+
+    async def _select_starts_without_row(self, query: StartQuery) -> list[RunEvent]:
+        """Run ids in ``P starts`` whose claim still names a stored run.start; stale ones (a thread
+        deleted or expired) leave the set lazily."""
+        found: list[RunEvent] = []
+        start = "-" if query.after is None else "(" + query.after
+        while len(found) < query.limit:
+            names = [text(name) for name in await self._client.zrangebylex(
+                self._prefix + "starts", start, "+", start=0, num=query.limit)]
+            if not names:
+                break
+            stale = []
+            for run_id in names:
+                event = await self._start_of(run_id)
+                if event is None:
+                    stale.append(run_id)
+                elif len(found) < query.limit:
+                    found.append(event)
+            if stale:
+                await self._client.zrem(self._prefix + "starts", *stale)
+            start = "(" + names[-1]
+        return found
+
+    async def _start_of(self, run_id: str) -> RunEvent | None:
+        """The stored run.start of a run without a row, or None."""
+        claim = await self._client.get(f"{self._prefix}start/{run_id}")
+        if claim is None or await self._client.exists(f"{self._prefix}run/{run_id}"):
+            return None
+        thread_id, _, event_id = text(claim).partition("\n")
+        seq = await self._client.hget(self._thread_key(thread_id, "ids"), event_id)
+        raw = await self._client.hget(self._thread_key(thread_id, "ev"), seq) if seq is not None else None
+        return decode(thread_id, int(seq), raw) if raw is not None and seq is not None else None
 
     async def _put_run(self, row: RunRow) -> RunRow:
         row_json = json.dumps(row.to_dict(), ensure_ascii=False, separators=(",", ":"))
