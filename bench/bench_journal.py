@@ -43,7 +43,7 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def build_graph(latency: float) -> Any:
+def build_graph(latency: float = 0.0) -> Any:
     replies = itertools.cycle([
         AIMessage("adding", tool_calls=[{"name": "add", "args": {"a": 1, "b": 2}, "id": "c1"}]),
         AIMessage("the answer is 3"),
