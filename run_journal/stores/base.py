@@ -961,7 +961,10 @@ class _Pruner:
                     return copied, (f"seq {expected + 1} is missing here (a deleted run?) or taken in "
                                     f"the archive: seq {event.seq} would be renumbered")
                 expected = event.seq
-            stored = await archive.put_batch([event.as_new_event() for event in fresh])
+            try:
+                stored = await archive.put_batch([event.as_new_event() for event in fresh])
+            except ValueError as error:  # RunIdTakenError: the archive has that run id elsewhere
+                return copied, str(error)
             moved = next((event for event, copy in zip(fresh, stored, strict=True)
                           if copy.seq != event.seq), None)
             if moved is not None:

@@ -18,10 +18,12 @@ leave it alone, so a deleted range is never reused.
 from __future__ import annotations
 
 import abc
+import asyncio
 import functools
 import importlib
 import importlib.util
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final, Protocol, TypeVar
 
@@ -49,6 +51,8 @@ from run_journal.stores.sql_schema import events, qualified, run_starts, runs, s
 T = TypeVar("T")
 POSTGRES_EXTRA: Final = "pip install 'run-journal[postgres]'"
 _CHUNK: Final = 500
+PRUNE_STEPS: Final = {"sqlite": 500, "postgresql": 5000}
+"""Events ``prune`` deletes per transaction (``SqlRunEventStore._delete_run_through``)."""
 """Event ids looked up per statement (both databases cap the parameters of one statement)."""
 
 
@@ -388,6 +392,21 @@ class SqlWork:
         db.run(f"DELETE FROM {self.run_starts} WHERE {where}", params)  # the run ids are free again
         return deleted
 
+    def delete_through(
+        self, db: SqlSession, thread_id: str, run_id: str, through_seq: int, limit: int
+    ) -> int:
+        """``prune``'s step: at most ``limit`` of a run's events with seq <= ``through_seq``, the
+        oldest first; with the last of them, the run's row and its run id claim (as ``delete``).
+        The number of events deleted."""
+        params = {"thread_id": thread_id, "run_id": run_id, "through": through_seq, "limit": limit}
+        deleted = db.run(
+            f"DELETE FROM {self.events} WHERE id IN (SELECT id FROM {self.events} WHERE thread_id = "
+            ":thread_id AND run_id = :run_id AND seq <= :through ORDER BY seq LIMIT :limit)", params)
+        if deleted < limit:
+            for table in (self.runs, self.run_starts):
+                db.run(f"DELETE FROM {table} WHERE thread_id = :thread_id AND run_id = :run_id", params)
+        return deleted
+
 
 class SqlRunEventStore(RunEventStore):
     """The run event store on a SQL database: SQLite or PostgreSQL, one schema, one set of statements.
@@ -494,6 +513,23 @@ class SqlRunEventStore(RunEventStore):
 
     async def _delete_run(self, thread_id: str, run_id: str) -> int:
         return await self._write(self._work.delete, thread_id, run_id)
+
+    async def _delete_run_through(self, thread_id: str, run_id: str, through_seq: int) -> int:
+        """``prune``'s delete of a run, ``PRUNE_STEPS`` events per transaction: one DELETE of a
+        300,000-event run held SQLite's write lock, and so every other writer, for 8 s
+        (``bench/bench_prune.py --shape big-runs``). On SQLite each step is followed by a pause as
+        long as it took, so writers of other processes (whose busy handler polls) find the lock free
+        half of the time."""
+        limit = PRUNE_STEPS[self.dialect]
+        deleted = 0
+        while True:
+            began = time.perf_counter()
+            step = await self._write(self._work.delete_through, thread_id, run_id, through_seq, limit)
+            deleted += step
+            if self.dialect == "sqlite":
+                await asyncio.sleep(time.perf_counter() - began)
+            if step < limit:
+                return deleted
 
 
 # -- URLs --------------------------------------------------------------------------------------------
