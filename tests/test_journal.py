@@ -410,7 +410,8 @@ async def test_graph_invoked_inside_a_sync_tool(store: RunEventStore) -> None:
     assert inner_response.event_type == "llm.ai.response"
     assert inner_response.content["content"] == "inner answer"
     assert inner_response.metadata["caller"] == "subagent:research"
-    assert (step.event_type, step.content["kind"], step.content["text"]) == ("subagent.step", "ai", "inner answer")
+    assert (step.event_type, step.content["kind"], step.content["text"]) == (
+        "subagent.step", "ai", "inner answer")
     assert (end.event_type, end.content["status"], end.content["result"]) == (
         "subagent.end", "completed", "inner answer")
     row = await store.get_run(journal.run_id)

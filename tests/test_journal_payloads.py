@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from run_journal.journal import payloads as p
 from run_journal import normalization
 from run_journal.envelope import NewEvent, Normalized
+from run_journal.journal import payloads as p
 from run_journal.normalization import encode
 from run_journal.redact import redact_secrets
 from run_journal.runs import UsageTotals
