@@ -308,3 +308,58 @@ if ttl > 0 then
 end
 return false
 """
+
+PRUNE_RUN_STEP: Final = """
+-- ARGV: prefix, thread_id, run_id, through_seq, limit. One step of ``prune``: deletes at most
+-- ``limit`` of the run's events with seq <= through_seq (the oldest) from every index, freeing the
+-- run id with its run.start; when no such event is left, the run's row too (as DELETE_RUN). The
+-- counter stays. Returns the number of events deleted.
+local P, T, run, through, limit = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local B = P .. 't/' .. T .. '/'
+local R = B .. 'r/' .. run .. '/'
+local seqs = redis.call('ZRANGEBYSCORE', R .. 'all', '-inf', through, 'LIMIT', 0, limit)
+local users, emptied = {}, {}
+local records = #seqs > 0 and redis.call('HMGET', B .. 'ev', unpack(seqs)) or {}
+for j, s in ipairs(seqs) do
+  local keys = {B .. 'all', B .. 'msg', R .. 'all', R .. 'msg'}
+  local record = records[j]
+  if record then
+    local e = cjson.decode(record)
+    redis.call('HDEL', B .. 'ids', e.event_id)
+    if redis.call('GET', P .. 'start/' .. run) == T .. '\\n' .. e.event_id then
+      redis.call('UNLINK', P .. 'start/' .. run) -- the run id is free again
+      redis.call('ZREM', P .. 'starts', run)
+    end
+    keys[#keys + 1] = B .. 'ty/' .. e.event_type
+    keys[#keys + 1] = R .. 'ty/' .. e.event_type
+    local task = type(e.metadata) == 'table' and e.metadata.task_id
+    if type(task) == 'string' then keys[#keys + 1] = B .. 'task/' .. redis.sha1hex(task) end
+    if type(e.user_id) == 'string' then
+      keys[#keys + 1] = B .. 'u/' .. e.user_id .. '/all'
+      keys[#keys + 1] = B .. 'u/' .. e.user_id .. '/msg'
+      users[e.user_id] = true
+    end
+  end
+  for _, key in ipairs(keys) do
+    redis.call('ZREM', key, s)
+    emptied[key] = true
+  end
+  redis.call('HDEL', B .. 'ev', s)
+end
+for key in pairs(emptied) do
+  if redis.call('EXISTS', key) == 0 then redis.call('SREM', B .. 'keys', key) end
+end
+for user in pairs(users) do
+  if redis.call('EXISTS', B .. 'u/' .. user .. '/all') == 0 then
+    redis.call('ZREM', P .. 'u/' .. user .. '/threads', T)
+    redis.call('SREM', B .. 'users', user)
+  end
+end
+if redis.call('EXISTS', B .. 'all') == 0 then redis.call('ZREM', P .. 'threads', T) end
+if #seqs < limit and redis.call('HGET', P .. 'run/' .. run, 'thread_id') == T then
+  redis.call('UNLINK', P .. 'run/' .. run)
+  redis.call('ZREM', P .. 'runs', run)
+  redis.call('ZREM', B .. 'runs', run)
+end
+return #seqs
+"""
