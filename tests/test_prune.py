@@ -11,7 +11,7 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -253,25 +253,60 @@ async def test_arguments_are_checked(store: RunEventStore) -> None:
         await store.prune(older_than=MONTH, archive=store)
 
 
-async def test_a_thread_written_to_while_it_is_pruned_keeps_the_new_events(store: RunEventStore) -> None:
+async def test_a_write_just_before_the_delete_keeps_the_whole_thread(store: RunEventStore) -> None:
+    old = await write_thread(store, "busy", runs=2)
+    original = store._delete_thread_through
+    fresh: list[RunEvent] = []
+
+    async def write_first(thread_id: str, through_seq: int, run_ids: Collection[str]) -> int | None:
+        fresh.extend(await store.put_batch(run_events("busy", "late", at=None)))
+        return await original(thread_id, through_seq, run_ids)
+
+    store._delete_thread_through = write_first  # type: ignore[method-assign]  # interleave a write
+    result = await store.prune(older_than=MONTH)
+    assert [(item.outcome, item.events, item.runs) for item in result.threads] == [("resumed", 0, 0)]
+    assert await read_all(store, "busy") == old + fresh
+    assert len(await store.list_runs("busy")) == 2
+
+
+async def test_a_write_between_two_runs_stops_the_prune(store: RunEventStore) -> None:
     await write_thread(store, "busy", runs=2)
     original = store._delete_run_through
     fresh: list[RunEvent] = []
 
-    async def delete_then_resume(thread_id: str, run_id: str, through_seq: int) -> int:
+    async def run_by_run(thread_id: str, through_seq: int, run_ids: Collection[str]) -> int | None:
+        return None
+
+    async def delete_then_write(thread_id: str, run_id: str, through_seq: int) -> int:
         deleted = await original(thread_id, run_id, through_seq)
         if not fresh:  # a producer writes to the thread right after the first run went
             fresh.extend(await store.put_batch(run_events("busy", "late", at=None)))
         return deleted
 
-    store._delete_run_through = delete_then_resume  # type: ignore[method-assign]  # a hook to interleave a write
+    store._delete_thread_through = run_by_run  # type: ignore[method-assign]  # the run-by-run path
+    store._delete_run_through = delete_then_write  # type: ignore[method-assign]  # interleave a write
     result = await store.prune(older_than=MONTH)
     assert [(item.outcome, item.events, item.runs) for item in result.threads] == [("resumed", 4, 1)]
     assert fresh[0].seq == 9
     remaining = await read_all(store, "busy")
     assert [e.run_id for e in remaining] == ["busy-r1"] * 4 + ["late"] * 4
-    # the next prune sees a young thread
-    assert outcomes(await store.prune(older_than=MONTH)) == {}
+    assert [row.run_id for row in await store.list_runs("busy")] == ["busy-r1"]
+    assert outcomes(await store.prune(older_than=MONTH)) == {}  # the thread is young now
+
+
+async def test_a_run_row_put_while_pruning_is_kept(store: RunEventStore) -> None:
+    await write_thread(store, "busy", runs=2)
+    original = store._delete_thread_through
+
+    async def put_row_first(thread_id: str, through_seq: int, run_ids: Collection[str]) -> int | None:
+        await store.put_run(RunRow(run_id="starting", thread_id="busy", status=RunStatus.PENDING))
+        return await original(thread_id, through_seq, run_ids)
+
+    store._delete_thread_through = put_row_first  # type: ignore[method-assign]  # interleave a row
+    result = await store.prune(older_than=MONTH)
+    assert [(item.outcome, item.events, item.runs) for item in result.threads] == [("pruned", 8, 2)]
+    assert await store.list_events("busy") == []
+    assert [row.run_id for row in await store.list_runs("busy")] == ["starting"]
 
 
 # -- pruning while another process writes --------------------------------------------------------------

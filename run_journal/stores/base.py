@@ -775,6 +775,16 @@ class RunEventStore(abc.ABC):
         backend overrides it to bound the delete by seq and split a large run into short steps."""
         return await self._delete_run(thread_id, run_id)
 
+    async def _delete_thread_through(
+        self, thread_id: str, through_seq: int, run_ids: Collection[str]
+    ) -> int | None:
+        """``prune``'s delete of a whole thread in one step, for a backend where that is cheap and
+        deleting run by run is not: the thread's events and run rows, provided that, checked in the
+        same step, its last seq is still ``through_seq`` and its run rows are among ``run_ids``;
+        the number of events deleted. None (nothing deleted): not done, ``prune`` goes run by run
+        (and finds the thread written to, if it was). This default always returns None."""
+        return None
+
 
 @contextlib.asynccontextmanager
 async def _polling(store: RunEventStore) -> AsyncIterator[Waiter]:
@@ -857,7 +867,8 @@ class _Resumed(Exception):
 
 class _Pruner:
     """One ``prune`` call, composed from the public contract; removals go through
-    ``_delete_run_through`` one run at a time (each a short step of its own)."""
+    ``_delete_thread_through`` (a backend that deletes a thread in one cheap step) or else
+    ``_delete_run_through``, one run at a time (each a short step of its own)."""
 
     def __init__(
         self, store: RunEventStore, cutoff: datetime, archive: RunEventStore | None, dry_run: bool
@@ -905,6 +916,9 @@ class _Pruner:
             archived, problem = await self.copy(self.archive, thread_id, through, rows)
             if problem:
                 return kept("not_archived", archived=archived, reason=problem)
+        whole = await store._delete_thread_through(thread_id, through, [row.run_id for row in rows])
+        if whole is not None:
+            return kept("pruned", events=whole, runs=len(rows), archived=archived)
         removed = runs = 0
         try:
             for row in rows:
