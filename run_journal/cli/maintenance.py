@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import AsyncIterator
 from typing import TextIO
 
 from run_journal.cli.common import PAGE, all_threads, emit, emit_json, ranges, require_thread
@@ -24,6 +25,8 @@ async def cmd_verify(store: RunEventStore, args: argparse.Namespace, out: TextIO
         problems += 1
         emit(out, f"{where}: {what}")
 
+    for damage in await store.check_integrity():  # before any read: a read may repair around damage
+        report(damage.where, damage.what)
     for thread_id in threads:
         seqs: list[int] = []
         seen_ids: set[str] = set()
@@ -56,9 +59,25 @@ async def cmd_verify(store: RunEventStore, args: argparse.Namespace, out: TextIO
         folded = status_of(lifecycle)
         if row.is_terminal and lifecycle and folded != row.status:
             report(where, f"row status {row.status} but its events fold to {folded}")
+    rowless = [start async for start in _runs_without_row(store) if not args.threads
+               or start.thread_id in args.threads]
+    for start in rowless:
+        emit(out, f"run {start.run_id} (thread {start.thread_id}): started at seq {start.seq} "
+                  f"({start.created_at.isoformat(timespec='seconds')}) but has no run row: still "
+                  "starting, written without rows, or its worker died (`reconcile` closes it)")
+    noted = f", {len(rowless)} started run(s) without a row" if rowless else ""
     verdict = "OK" if not problems else f"{problems} problem(s)"
-    emit(out, f"verified {events_checked} events in {len(threads)} thread(s), {len(runs)} run(s): {verdict}")
+    emit(out, f"verified {events_checked} events in {len(threads)} thread(s), {len(runs)} run(s){noted}: "
+              f"{verdict}")
     return 1 if problems else 0
+
+
+async def _runs_without_row(store: RunEventStore) -> AsyncIterator[RunEvent]:
+    after: str | None = None
+    while starts := await store.list_runs_without_row(limit=PAGE, after=after):
+        for start in starts:
+            yield start
+        after = starts[-1].run_id
 
 
 async def cmd_export(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
