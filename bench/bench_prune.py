@@ -33,6 +33,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from run_journal import NewEvent, RunRow, RunStatus, open_store
 
@@ -49,6 +50,7 @@ def run_batch(thread_id: str, run_id: str, first: int, count: int, last: int) ->
     answers, run.end."""
     batch = []
     for n in range(first, first + count):
+        content: dict[str, Any]
         if n == 0:
             kind, category, content = "run.start", "trace", {"run_name": "agent"}
         elif n == last:
@@ -191,7 +193,7 @@ async def main(args: argparse.Namespace) -> None:
 async def drop(backend: str, url: str, tag: str) -> None:
     """Remove a server store (file stores go with the temporary directory)."""
     if backend == "postgres":
-        import asyncpg
+        import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type information
 
         connection = await asyncpg.connect(POSTGRES_URL)
         try:

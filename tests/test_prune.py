@@ -211,7 +211,7 @@ async def test_an_archive_that_cannot_keep_seq_keeps_the_thread(store: RunEventS
         assert outcomes(result) == {"holes": "not_archived", "fine": "pruned", "taken": "not_archived"}
         reasons = {item.thread_id: item.reason for item in result.kept}
         assert "seq 5 would be renumbered" in reasons["holes"]
-        assert "the archive holds another event at seq 1" in reasons["taken"]
+        assert "seq 1 of this thread holds another event in the archive" in reasons["taken"]
         assert await archive.list_events("holes") == []
         assert len(await archive.list_events("fine")) == 4
     assert len(await store.list_events("holes")) == 8

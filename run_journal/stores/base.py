@@ -968,7 +968,7 @@ class _Pruner:
                          _between(archive, thread_id, held[0].seq - 1, held[-1].seq)}
                 wrong = next((event for event in held if there.get(event.seq) != event.event_id), None)
                 if wrong is not None:
-                    return copied, f"the archive holds another event at seq {wrong.seq} of this thread"
+                    return copied, f"seq {wrong.seq} of this thread holds another event in the archive"
             fresh = page[len(held):]
             for event in fresh:
                 if event.seq != expected + 1:
