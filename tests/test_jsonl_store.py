@@ -306,3 +306,23 @@ async def test_two_stores_racing_one_run_into_two_threads_give_it_one_owner(tmp_
             row.run_id for row in await a.list_runs("t2")
         ]
         assert sorted(listed) == sorted(runs)
+
+
+# -- writes that do not finish ---------------------------------------------------------------------
+async def test_a_short_write_is_finished_and_a_write_without_room_is_an_error(
+    store: JsonlRunEventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``os.pwrite`` may write fewer bytes than asked (a full disk, a file size limit): the rest is
+    written, or the call is an error with nothing committed, never an acknowledgement."""
+    from run_journal.stores.jsonl import files
+
+    real = os.pwrite
+    monkeypatch.setattr(files.os, "pwrite", lambda fd, data, offset: real(fd, bytes(data)[:7], offset))
+    assert [await put(store) for _ in range(2)] == [1, 2]  # 7 bytes at a time, but whole
+    monkeypatch.setattr(files.os, "pwrite", lambda fd, data, offset: 0)  # no room at all
+    with pytest.raises(OSError, match="wrote 0 of"):
+        await put(store)
+    monkeypatch.setattr(files.os, "pwrite", real)
+    assert await store.last_seq("t") == 2
+    assert await put(store) == 3
+    assert [e.seq for e in await store.list_events("t")] == [1, 2, 3]

@@ -194,3 +194,18 @@ async def test_a_run_row_cannot_move_to_another_thread(store: MemoryRunEventStor
     await store.put_run(RunRow(run_id="r", thread_id="t1"))
     with pytest.raises(ValueError, match="belongs to thread 't1'"):
         await store.put_run(RunRow(run_id="r", thread_id="t2"))
+
+
+async def test_the_contract_default_lists_the_same_runs_without_a_row(store: MemoryRunEventStore) -> None:
+    """``RunEventStore._select_starts_without_row`` (what a store without an index of run starts
+    inherits) pages through the threads and agrees with the memory store's own index."""
+    from run_journal.stores.base import RunEventStore, StartQuery
+
+    for n in range(5):
+        await store.put(thread_id=f"t{n % 2}", run_id=f"r{n}", event_type="run.start", category="trace")
+    await store.put_run(RunRow(run_id="r2", thread_id="t0"))
+    for query in (StartQuery(limit=10), StartQuery(limit=2), StartQuery(limit=10, after="r1")):
+        own = await store._select_starts_without_row(query)
+        default = await RunEventStore._select_starts_without_row(store, query)
+        assert [e.to_dict() for e in default] == [e.to_dict() for e in own]
+    assert [e.run_id for e in await store.list_runs_without_row()] == ["r0", "r1", "r3", "r4"]
