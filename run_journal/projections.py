@@ -39,6 +39,8 @@ HISTORY_CHUNK_MIN: Final = 32
 HISTORY_CHUNK_MAX: Final = 1000
 """``thread_history`` reads backwards in chunks that start near ``limit`` and double up to this."""
 RECONCILE_REASON: Final = "worker lost"
+ROWLESS_PAGE: Final = 1000
+"""Runs without a row ``reconcile_orphans`` reads per ``list_runs_without_row`` page."""
 
 
 class _HasSeq(Protocol):
@@ -319,9 +321,6 @@ async def reconcile_orphans(
                     closed.append(result)
         after = starts[-1].run_id
     return closed
-
-
-ROWLESS_PAGE: Final = 1000
 
 
 def _row_of_start(start: RunEvent) -> RunRow:

@@ -25,7 +25,7 @@ async def cmd_verify(store: RunEventStore, args: argparse.Namespace, out: TextIO
         problems += 1
         emit(out, f"{where}: {what}")
 
-    for damage in await store.check_integrity():  # before any read: a read may repair around damage
+    for damage in await store.check_integrity(args.threads or None):  # before reads repair around it
         report(damage.where, damage.what)
     for thread_id in threads:
         seqs: list[int] = []

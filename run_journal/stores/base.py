@@ -61,12 +61,15 @@ class RunIdTakenError(StoreError, ValueError):
     store refuses what it was given, so the journal reports it at once instead of retrying."""
 
     def __init__(self, run_id: str, thread_id: str | None = None, event_id: str | None = None) -> None:
-        self.run_id = run_id
+        self.run_id, self.thread_id, self.event_id = run_id, thread_id, event_id
         where = f" (its run.start {event_id!r} is in thread {thread_id!r})" if thread_id else ""
         super().__init__(
             f"run id {run_id!r} is already used by another run{where}; nothing was written. A new "
             "run needs a new run_id; only a retry of the same run.start (same event_id) is accepted"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.thread_id, self.event_id))
 
 
 class CorruptStoreError(StoreError):
@@ -569,6 +572,7 @@ class RunEventStore(abc.ABC):
                     page = await self.list_events(
                         thread_id, limit=FOLLOW_PAGE, after_seq=cursor, user_id=user_id
                     )
+                    failures = 0
                     if not page and not self._closed:
                         await wait(cursor)
                         continue
@@ -581,7 +585,6 @@ class RunEventStore(abc.ABC):
                         await watching.aclose()
                     wait = None
                     continue
-                failures = 0
                 for event in page:
                     cursor = event.seq
                     yield event
@@ -617,12 +620,14 @@ class RunEventStore(abc.ABC):
         await self._ready()
         return await self._select_starts_without_row(query)
 
-    async def check_integrity(self) -> list[StorageProblem]:
+    async def check_integrity(self, thread_ids: Sequence[str] | None = None) -> list[StorageProblem]:
         """Damage the store can see in its own storage (a file whose contents disagree with its
         index, an unreadable record), each with the file and offset; empty when there is none.
-        ``run-journal URL verify`` reports them. Reading is not changed by it."""
+        ``thread_ids``: only those threads (and their run rows). ``run-journal URL verify`` reports
+        them. Nothing is changed by it."""
+        threads = None if thread_ids is None else tuple(validate_id("thread_id", t) for t in thread_ids)
         await self._ready()
-        return await self._check_integrity()
+        return await self._check_integrity(threads)
 
     async def list_runs(
         self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
@@ -724,7 +729,7 @@ class RunEventStore(abc.ABC):
             threads = dataclasses.replace(threads, after=names[-1])
         return [found[run_id] for run_id in sorted(found)[: query.limit]]
 
-    async def _check_integrity(self) -> list[StorageProblem]:
+    async def _check_integrity(self, thread_ids: tuple[str, ...] | None) -> list[StorageProblem]:
         """``check_integrity``: a backend that keeps its own files checks them; none by default."""
         return []
 

@@ -80,8 +80,8 @@ def read_meta(directory: Path) -> dict[str, str] | None:
             f"({len(generations)} found); restore the file, or copy the store's other threads elsewhere"
         )
     generation = generations[0]
-    first = next((parse_line(line) for _, line, whole in scan_lines(directory / f"events-{generation}.jsonl")
-                  if whole), None)
+    lines = scan_lines(directory / f"events-{generation}.jsonl")
+    first = next((record for _, line, whole in lines if whole and (record := parse_line(line))), None)
     thread_id = first.get("thread_id") if first is not None else None
     warnings.warn(f"{path} {problem}; reading the thread's only data files (generation {generation})",
                   CorruptRecordWarning, stacklevel=2)

@@ -67,6 +67,17 @@ def write_atomic(path: Path, data: bytes, *, durable: bool) -> None:
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+    if durable:
+        sync_directory(path.parent)
+
+
+def sync_directory(directory: Path) -> None:
+    """``fsync`` a directory, so a file created or renamed in it survives a power loss."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def create_exclusive(path: Path, data: bytes, *, durable: bool) -> bool:
@@ -76,6 +87,8 @@ def create_exclusive(path: Path, data: bytes, *, durable: bool) -> bool:
     try:
         write_atomic(temp, data, durable=durable)
         os.link(temp, path)
+        if durable:
+            sync_directory(path.parent)
         return True
     except FileExistsError:
         return False

@@ -133,10 +133,10 @@ def read_run(path: Path) -> tuple[RunRow, str] | None:
             from error
 
 
-def check_runs(layout: Layout) -> list[StorageProblem]:
-    """Every run row file that cannot be read (``verify``)."""
+def check_runs(layout: Layout, folders: list[Path]) -> list[StorageProblem]:
+    """Every run row file in ``folders`` that cannot be read (``verify``)."""
     problems = []
-    for folder in layout.run_folders(None):
+    for folder in folders:
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
             try:
                 read_run(path)

@@ -217,14 +217,18 @@ class JsonlRunEventStore(RunEventStore):
         except CorruptStoreError:
             return True  # a damaged row is a row (verify reports it)
 
-    async def _check_integrity(self) -> list[StorageProblem]:
-        return await self._run(self._check_sync)
+    async def _check_integrity(self, thread_ids: tuple[str, ...] | None) -> list[StorageProblem]:
+        return await self._run(self._check_sync, thread_ids)
 
-    def _check_sync(self) -> list[StorageProblem]:
+    def _check_sync(self, thread_ids: tuple[str, ...] | None) -> list[StorageProblem]:
+        if thread_ids is None:
+            directories = sorted((self.root / "threads").iterdir())
+        else:
+            directories = [self._layout.thread_dir(thread_id) for thread_id in thread_ids]
         problems: list[StorageProblem] = []
-        for directory in sorted((self.root / "threads").iterdir()):
+        for directory in directories:
             problems += damage.check_thread(directory, self.root)
-        return problems + check_runs(self._layout)
+        return problems + check_runs(self._layout, [directory / "runs" for directory in directories])
 
     # -- deletes ---------------------------------------------------------------------------------
     async def _delete_thread(self, thread_id: str) -> int:
