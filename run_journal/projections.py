@@ -143,13 +143,14 @@ async def iter_events(
     event_types: Sequence[str] | None = None,
     task_id: str | None = None,
     after_seq: int | None = None,
+    user_id: str | None = None,
 ) -> AsyncIterator[RunEvent]:
     """Every matching event of a thread in seq order, read page by page (bounded memory)."""
     cursor = after_seq
     while True:
         page = await store.list_events(
             thread_id, run_id, event_types=event_types, task_id=task_id, limit=MAX_PAGE,
-            after_seq=cursor,
+            after_seq=cursor, user_id=user_id,
         )
         for event in page:
             yield event
@@ -165,17 +166,20 @@ async def _all_events(
     *,
     event_types: list[str] | None = None,
     task_id: str | None = None,
+    user_id: str | None = None,
 ) -> list[RunEvent]:
     """Every matching event in seq order (used for small, filtered sets)."""
     return [e async for e in iter_events(store, thread_id, run_id, event_types=event_types,
-                                         task_id=task_id)]
+                                         task_id=task_id, user_id=user_id)]
 
 
 async def latest_event(
-    store: RunEventStore, thread_id: str, run_id: str, event_types: list[str]
+    store: RunEventStore, thread_id: str, run_id: str, event_types: list[str], *,
+    user_id: str | None = None,
 ) -> RunEvent | None:
-    """The last event of a run with one of ``event_types`` (aliases match), or None."""
-    events = await _all_events(store, thread_id, run_id, event_types=event_types)
+    """The last event of a run with one of ``event_types`` (aliases match), or None; ``user_id``
+    keeps only that user's events."""
+    events = await _all_events(store, thread_id, run_id, event_types=event_types, user_id=user_id)
     return events[-1] if events else None
 
 
@@ -246,6 +250,7 @@ async def latest_workspace_changes(
     *,
     include_files: bool = True,
     include_diffs: bool = True,
+    user_id: str | None = None,
 ) -> dict[str, Any]:
     """The workspace review of a run: its latest ``workspace_changes`` payload.
 
@@ -255,7 +260,7 @@ async def latest_workspace_changes(
     result: dict[str, Any] = {"available": False, "thread_id": thread_id, "run_id": run_id,
                               "seq": None, "created_at": None, "summary_text": None,
                               "workspace_changes": None}
-    event = await latest_event(store, thread_id, run_id, ["workspace_changes"])
+    event = await latest_event(store, thread_id, run_id, ["workspace_changes"], user_id=user_id)
     payload = event.metadata.get("workspace_changes") if event else None
     if event is None or not isinstance(payload, dict):
         return result

@@ -235,38 +235,7 @@ async def workspace_review(
     store: RunEventStore, thread_id: str, run_id: str, *, include_files: bool, include_diffs: bool,
     user_id: str | None,
 ) -> dict[str, Any]:
-    """``latest_workspace_changes`` for the caller: the projection itself when unscoped; scoped, the
-    same shape built from the run's ``workspace_changes`` events of that user only."""
+    """``latest_workspace_changes`` for the caller, scoped to ``user_id`` when one is given."""
     await find_run(store, thread_id, run_id, user_id)
-    if user_id is None:
-        return await latest_workspace_changes(store, thread_id, run_id, include_files=include_files,
-                                              include_diffs=include_diffs)
-    result: dict[str, Any] = {"available": False, "thread_id": thread_id, "run_id": run_id,
-                              "seq": None, "created_at": None, "summary_text": None,
-                              "workspace_changes": None}
-    latest: RunEvent | None = None
-    cursor = 0
-    while True:
-        page = await store.list_events(thread_id, run_id, event_types=["workspace_changes"],
-                                       limit=MAX_PAGE, after_seq=cursor, user_id=user_id)
-        if page:
-            latest, cursor = page[-1], page[-1].seq
-        if len(page) < MAX_PAGE:
-            break
-    payload = latest.metadata.get("workspace_changes") if latest else None
-    if latest is None or not isinstance(payload, dict):
-        return result
-    changes: JsonObject = dict(payload)
-    files = changes.get("files")
-    if not include_files:
-        changes.pop("files", None)
-    elif not include_diffs and isinstance(files, list):
-        changes["files"] = [
-            {key: value for key, value in entry.items() if key != "diff"} if isinstance(entry, dict)
-            else entry
-            for entry in files
-        ]
-    result.update(available=True, seq=latest.seq, created_at=latest.created_at.isoformat(),
-                  summary_text=latest.content if isinstance(latest.content, str) else None,
-                  workspace_changes=changes)
-    return result
+    return await latest_workspace_changes(store, thread_id, run_id, include_files=include_files,
+                                          include_diffs=include_diffs, user_id=user_id)
