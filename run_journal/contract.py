@@ -6,13 +6,13 @@ import json
 from collections.abc import Iterator, Mapping
 from functools import cache
 from importlib import resources
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
+from typing import TYPE_CHECKING, Any
 
 from run_journal.catalog import MIDDLEWARE_PREFIX, Category, canonical_event_type
 from run_journal.envelope import CONTENT_LIMITS, METADATA_LIMIT
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 
 @cache
@@ -25,6 +25,11 @@ def load_contract() -> dict[str, Any]:
 
 @cache
 def _validators() -> dict[str, tuple[Draft202012Validator, Draft202012Validator]]:
+    # jsonschema, referencing and rfc3339-validator (the date-time format check) load here, the first
+    # time a record is validated: importing this module (the command line does) stays cheap.
+    from jsonschema import Draft202012Validator
+    from referencing import Registry, Resource
+
     contract = load_contract()
     registry: Registry[Any] = Registry().with_resource(
         contract["$id"], Resource.from_contents(contract)

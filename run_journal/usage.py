@@ -18,13 +18,13 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeGuard
 
-from langchain_core.outputs import ChatGeneration, LLMResult
-
 from run_journal import prices
 from run_journal.prices import Quote
 from run_journal.runs import RunRow, UsageTotals
 
 if TYPE_CHECKING:
+    from langchain_core.outputs import LLMResult
+
     from run_journal.envelope import RunEvent
 
 TEXT_CAP: Final = 2000
@@ -130,6 +130,8 @@ def _sum(parts: list[TokenUsage]) -> TokenUsage | None:
 
 def extract_usage(response: LLMResult) -> TokenUsage | None:
     """The usage of one model response, summed over every generation; None when nobody reported any."""
+    from langchain_core.outputs import ChatGeneration  # the journal has it loaded; the CLI never needs it
+
     generations = [g for batch in response.generations for g in batch]
     from_messages = [
         from_usage_metadata(reported)
@@ -159,6 +161,8 @@ def extract_usage(response: LLMResult) -> TokenUsage | None:
 
 def model_name_of(response: LLMResult, fallback: str | None) -> str | None:
     """The model that answered: the provider's own report first, then what the call asked for."""
+    from langchain_core.outputs import ChatGeneration
+
     llm_output = response.llm_output
     if llm_output:
         for key in ("model_name", "model"):
