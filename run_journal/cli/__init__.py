@@ -2,7 +2,9 @@
 
 Every command reads through the store contract (plus ``run_journal.projections``), so it works on any
 backend ``open_store`` knows. Mistakes (bad URL, unknown thread) are one line on stderr with exit status
-2 (usage) or 1 (not found / problem found); ``--traceback`` shows the full error instead.
+2 (usage) or 1 (not found / problem found); ``--traceback`` shows the full error instead. Ctrl-C ends any
+command quietly with status 130. Modules that take long to import (LangChain for prices, jsonschema for
+the contract, the store drivers) are imported by the command that needs them, so ``--help`` is quick.
 """
 
 from __future__ import annotations
@@ -31,6 +33,19 @@ from run_journal.stores.urls import file_path_of, open_store
 __all__ = ["build_parser", "main"]
 
 _BACKEND_MODULES: Final = ("sqlalchemy", "asyncpg", "aiosqlite", "sqlite3", "redis")
+INTERRUPTED: Final = 130
+"""Exit status after Ctrl-C (128 + SIGINT), whatever the command was doing."""
+EPILOG: Final = """\
+URL names the store:
+  memory://                  this process only (empty in a new one)
+  jsonl:///dir               a JSONL directory, relative to the current directory
+  jsonl:////abs/dir          a JSONL directory, absolute path (four slashes)
+  sqlite:///file.db          a SQLite file, relative to the current directory
+  sqlite:////abs/file.db     a SQLite file, absolute path (four slashes)
+  postgresql://user@host:5432/db[?schema=NAME]
+  redis://host:6379/0[?prefix=KEYS]
+RUN: a whole run id or a unique prefix of at least 6 characters.
+Exit status: 0 done, 1 not found or a problem found, 2 a usage mistake, 130 interrupted (Ctrl-C)."""
 
 
 def parse_duration(text: str) -> timedelta:
@@ -44,33 +59,40 @@ def parse_duration(text: str) -> timedelta:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run-journal", description="Inspect, verify, export and copy a run-journal store.",
-        epilog="URL: memory://, jsonl:///dir, sqlite:///file.db, postgresql://user@host/db",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action=_Version)
     parser.add_argument("url", metavar="URL", help="the store (source store for copy)")
     parser.add_argument("--traceback", action="store_true", help="show full errors (for bug reports)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def command(name: str, handler: Command, help_text: str, *, json_flag: bool = False) -> Any:
+    def command(name: str, handler: Command, help_text: str, *, json_flag: bool = False,
+                ids_flag: bool = False) -> Any:
         child = sub.add_parser(name, help=help_text, description=help_text)
         child.set_defaults(handler=handler)
         if json_flag:
-            child.add_argument("--json", action="store_true", help="one JSON object per line")
+            child.add_argument("--json", action="store_true", help="one JSON object per line (whole ids)")
+        if ids_flag:
+            child.add_argument("--full-ids", action="store_true",
+                               help="whole run ids (by default the first 8 characters, more if needed)")
         return child
 
     command("threads", cmd_threads, "list threads with their event and run counts", json_flag=True)
-    command("runs", cmd_runs, "list a thread's runs", json_flag=True).add_argument("thread")
+    command("runs", cmd_runs, "list a thread's runs", json_flag=True, ids_flag=True).add_argument("thread")
     show = command("show", cmd_show, "a run as a timeline, then its totals")
-    show.add_argument("run")
+    show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of 6 or more characters")
     show.add_argument("--thread", help="the run's thread, when the store has no run row for it")
-    events = command("events", cmd_events, "a thread's events (list_events filters)", json_flag=True)
+    events = command("events", cmd_events, "a thread's events (list_events filters)", json_flag=True,
+                     ids_flag=True)
     events.add_argument("thread")
-    events.add_argument("--run")
+    events.add_argument("--run", help="only this run (a whole id or a unique prefix)")
     events.add_argument("--type", dest="types", action="append", metavar="TYPE",
                         help="event type (repeatable)")
     events.add_argument("--task", help="subagent task_id")
     events.add_argument("--limit", type=_positive, default=500)
     events.add_argument("--after-seq", type=_non_negative)
-    tail = command("tail", cmd_tail, "follow a thread's new events until Ctrl-C", json_flag=True)
+    tail = command("tail", cmd_tail, "follow a thread's new events until Ctrl-C", json_flag=True,
+                   ids_flag=True)
     tail.add_argument("thread")
     tail.add_argument("--last", type=_non_negative, default=10, help="events of history first")
     tail.add_argument("--after-seq", type=_non_negative, help="start after this seq instead")
@@ -84,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     copy = command("copy", cmd_copy, "copy events (seq preserved) and run rows to another store")
     copy.add_argument("destination", metavar="DST")
     copy.add_argument("--thread", dest="threads", action="append", default=[], metavar="THREAD")
-    command("usage", cmd_usage, "token and cost totals per run, model and caller", json_flag=True) \
+    command("usage", cmd_usage, "token and cost totals per run, model and caller", json_flag=True,
+            ids_flag=True) \
         .add_argument("thread", nargs="?")
     command("reconcile", cmd_reconcile, "close runs whose worker died") \
         .add_argument("--older-than", type=parse_duration, required=True, help="e.g. 30m, 2h")
@@ -92,6 +115,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_reprice_command(sub)
     add_prune_command(sub)
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: ``run-journal <version>`` (looked up only when asked: it is not free)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **_: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("run-journal")
+        except PackageNotFoundError:  # a source tree that was never installed
+            number = "unknown"
+        print(f"run-journal {number}")
+        parser.exit()
 
 
 def _positive(text: str) -> int:
@@ -143,15 +183,19 @@ def is_backend_error(error: BaseException) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # Ctrl-C, wherever it landed: no traceback
+        return INTERRUPTED
+
+
+def _main(args_list: list[str]) -> int:
     if len(args_list) >= 3 and args_list[0] == "copy":  # also accept ``copy SRC DST``
         args_list = [args_list[1], "copy", *args_list[2:]]
     parser = build_parser()
     args = parser.parse_args(args_list)
     try:
         return asyncio.run(run(args, sys.stdout))
-    except KeyboardInterrupt:
-        return 0 if args.command in {"tail", "serve"} else 130
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly, and keep Python's exit flush quiet too.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -1,16 +1,21 @@
-"""Shared pieces of the ``run-journal`` commands: errors, output, paged reads."""
+"""Shared pieces of the ``run-journal`` commands: errors, output, paged reads, finding threads and runs."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, Final, TextIO
+from urllib.parse import urlsplit, urlunsplit
 
-from run_journal.envelope import validate_id
+from run_journal.envelope import RunEvent, validate_id
+from run_journal.projections import iter_events
 from run_journal.stores.base import MAX_PAGE, RunEventStore
 
 PAGE: Final = 1000
+MIN_PREFIX: Final = 6
+"""The shortest run id prefix a command accepts in place of the whole id."""
+CANDIDATES_SHOWN: Final = 5
 
 
 class CliError(Exception):
@@ -33,6 +38,16 @@ def emit_json(out: TextIO, value: Any) -> None:
     out.write(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
+def shown_url(url: str) -> str:
+    """The store URL without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}:***@" if parts.username else ""
+    return urlunsplit(parts._replace(netloc=user + netloc))
+
+
 async def all_threads(store: RunEventStore) -> list[str]:
     """Every thread id, ascending, paged with ``list_threads(after=...)``."""
     threads: list[str] = []
@@ -50,6 +65,63 @@ async def require_thread(store: RunEventStore, thread_id: str) -> None:
         raise CliError(f"thread {thread_id!r} not found")
 
 
+async def runs_without_row(store: RunEventStore) -> AsyncIterator[RunEvent]:
+    """The ``run.start`` of every run that has no run row, paged by run id."""
+    after: str | None = None
+    while starts := await store.list_runs_without_row(limit=PAGE, after=after):
+        for start in starts:
+            yield start
+        after = starts[-1].run_id
+
+
+async def known_runs(store: RunEventStore, thread_id: str | None) -> dict[str, str]:
+    """Run id -> thread of every run with a row or a ``run.start`` (of one thread, if given)."""
+    runs = {row.run_id: row.thread_id for row in await store.list_runs(thread_id)}
+    if thread_id is None:
+        async for start in runs_without_row(store):
+            runs.setdefault(start.run_id, start.thread_id)
+    else:
+        async for start in iter_events(store, thread_id, event_types=["run.start"]):
+            runs.setdefault(start.run_id, thread_id)
+    return runs
+
+
+async def resolve_run(store: RunEventStore, text: str, threads: Sequence[str] = ()) -> tuple[str, str]:
+    """(run id, thread) of the run that ``text`` names: a whole run id, or a prefix of at least
+    ``MIN_PREFIX`` characters that starts exactly one run id (of one of ``threads``, if given).
+
+    A whole id is looked up directly; a prefix is matched against every run row and every row-less
+    ``run.start`` (of the thread, when there is one: the store has no prefix query).
+    """
+    validate_id("run_id", text)
+    where = f" in thread {', '.join(map(repr, threads))}" if threads else ""
+    run_id, thread_id = await _resolve(store, text, threads[0] if len(threads) == 1 else None, where)
+    if threads and thread_id not in threads:
+        raise CliError(f"run {text!r} not found{where}")
+    return run_id, thread_id
+
+
+async def _resolve(store: RunEventStore, text: str, thread_id: str | None, where: str) -> tuple[str, str]:
+    row = await store.get_run(text)
+    if row is not None and thread_id in {None, row.thread_id}:
+        return text, row.thread_id
+    if thread_id is not None and await store.list_events(thread_id, text, limit=1):
+        return text, thread_id  # events without a row or a run.start: only a whole id finds them
+    runs = await known_runs(store, thread_id)
+    if text in runs:
+        return text, runs[text]
+    if len(text) < MIN_PREFIX:
+        raise CliError(f"run {text!r} not found{where} (a run id prefix needs at least {MIN_PREFIX} "
+                       "characters)")
+    matches = sorted(run_id for run_id in runs if run_id.startswith(text))
+    if not matches:
+        raise CliError(f"run {text!r} not found{where}")
+    if len(matches) > 1:
+        shown = ", ".join(matches[:CANDIDATES_SHOWN]) + (", ..." if len(matches) > CANDIDATES_SHOWN else "")
+        raise CliError(f"run id prefix {text!r} is ambiguous: {len(matches)} runs match ({shown}); "
+                       "give more characters", code=2)
+    return matches[0], runs[matches[0]]
+
 
 def ranges(seqs: Sequence[int]) -> str:
     """``[1, 2, 3, 7]`` -> ``1-3, 7`` (at most 10 ranges)."""
@@ -61,5 +133,3 @@ def ranges(seqs: Sequence[int]) -> str:
             spans.append([seq, seq])
     text = [f"{a}-{b}" if a != b else str(a) for a, b in spans[:10]]
     return ", ".join(text) + (f" and {len(spans) - 10} more" if len(spans) > 10 else "")
-
-

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import AsyncIterator
 from typing import TextIO
 
-from run_journal.cli.common import PAGE, all_threads, emit, emit_json, ranges, require_thread
-from run_journal.contract import validate_record
+from run_journal.cli.common import (
+    PAGE,
+    all_threads,
+    emit,
+    emit_json,
+    ranges,
+    require_thread,
+    resolve_run,
+    runs_without_row,
+    shown_url,
+)
 from run_journal.envelope import RunEvent
 from run_journal.projections import find_gaps, iter_events, reconcile_orphans, status_of
 from run_journal.runs import STATUS_AFTER
@@ -17,6 +25,10 @@ from run_journal.stores.urls import open_store
 
 
 async def cmd_verify(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    from run_journal.contract import validate_record  # here: jsonschema takes a while to import
+
+    for thread_id in args.threads:
+        await require_thread(store, thread_id)
     threads = args.threads or await all_threads(store)
     problems = events_checked = 0
 
@@ -59,7 +71,7 @@ async def cmd_verify(store: RunEventStore, args: argparse.Namespace, out: TextIO
         folded = status_of(lifecycle)
         if row.is_terminal and lifecycle and folded != row.status:
             report(where, f"row status {row.status} but its events fold to {folded}")
-    rowless = [start async for start in _runs_without_row(store) if not args.threads
+    rowless = [start async for start in runs_without_row(store) if not args.threads
                or start.thread_id in args.threads]
     for start in rowless:
         emit(out, f"run {start.run_id} (thread {start.thread_id}): started at seq {start.seq} "
@@ -72,29 +84,25 @@ async def cmd_verify(store: RunEventStore, args: argparse.Namespace, out: TextIO
     return 1 if problems else 0
 
 
-async def _runs_without_row(store: RunEventStore) -> AsyncIterator[RunEvent]:
-    after: str | None = None
-    while starts := await store.list_runs_without_row(limit=PAGE, after=after):
-        for start in starts:
-            yield start
-        after = starts[-1].run_id
-
-
 async def cmd_export(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
     args.threads = [*args.threads, *args.thread_options]
     if args.format == "otlp":
         from run_journal.cli.otlp import export_otlp
 
         return await export_otlp(store, args, out)
-    threads = args.threads or await all_threads(store)
     for thread_id in args.threads:
         await require_thread(store, thread_id)
+    run_id = None
+    if args.run:
+        run_id, owner = await resolve_run(store, args.run, args.threads)
+        args.threads = [owner]
+    threads = args.threads or await all_threads(store)
     # A command line owns its process: blocking file writes here do not stall anyone's agent.
     target = open(args.output, "w", encoding="utf-8") if args.output else out  # noqa: SIM115, ASYNC230
     count = 0
     try:
         for thread_id in threads:
-            async for event in iter_events(store, thread_id):
+            async for event in iter_events(store, thread_id, run_id):
                 emit_json(target, event.to_dict())
                 count += 1
     finally:
@@ -106,6 +114,8 @@ async def cmd_export(store: RunEventStore, args: argparse.Namespace, out: TextIO
 
 
 async def cmd_copy(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    for thread_id in args.threads:  # before the destination is opened (and perhaps created)
+        await require_thread(store, thread_id)
     threads = args.threads or await all_threads(store)
     async with open_store(args.destination) as destination:
         written = total = moved = 0
@@ -123,7 +133,8 @@ async def cmd_copy(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
         runs = [row for thread_id in threads for row in await store.list_runs(thread_id)]
         for row in runs:
             await destination.put_run(row)
-    emit(out, f"copied {total} events ({written} new) and {len(runs)} run rows in {len(threads)} thread(s)")
+    emit(out, f"copied {total} events ({written} new) and {len(runs)} run rows of {len(threads)} thread(s) "
+              f"to {shown_url(args.destination)}")
     if moved:
         emit(out, f"warning: {moved} events got a different seq in the destination "
                   "(it already held other events of those threads, or the source has holes)")

@@ -9,8 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from run_journal.cli.common import CliError, all_threads, emit, require_thread
-from run_journal.envelope import validate_id
+from run_journal.cli.common import CliError, all_threads, emit, require_thread, resolve_run
 from run_journal.projections import iter_events
 from run_journal.stores.base import RunEventStore
 
@@ -26,7 +25,7 @@ def add_otlp_arguments(export: Any) -> None:
                              "/v1/traces is added)")
     export.add_argument("--thread", dest="thread_options", action="append", default=[], metavar="THREAD",
                         help="only this thread (repeatable; same as the THREAD arguments)")
-    export.add_argument("--run", help="only this run (--format otlp)")
+    export.add_argument("--run", help="only this run (a whole id or a unique prefix of 6 or more characters)")
     export.add_argument("--header", dest="headers", action="append", default=[], metavar="NAME=VALUE",
                         help="an HTTP header for the collector, e.g. an API key (repeatable)")
 
@@ -68,12 +67,8 @@ async def _runs(store: RunEventStore, args: argparse.Namespace) -> list[tuple[st
     for thread_id in threads:
         await require_thread(store, thread_id)
     if args.run:
-        validate_id("run_id", args.run)
-        row = await store.get_run(args.run)
-        owner = row.thread_id if row is not None else (threads[0] if len(threads) == 1 else None)
-        if owner is None:
-            raise CliError(f"run {args.run!r} not found (no run row; pass --thread if only events exist)")
-        return [(owner, args.run)]
+        run_id, owner = await resolve_run(store, args.run, threads)
+        return [(owner, run_id)]
     runs: list[tuple[str, str]] = []
     for thread_id in threads or await all_threads(store):
         known = [row.run_id for row in await store.list_runs(thread_id)]

@@ -14,7 +14,7 @@ import re
 from datetime import timedelta
 from typing import Any, TextIO
 
-from run_journal.cli.common import emit, emit_json
+from run_journal.cli.common import emit, emit_json, require_thread
 from run_journal.stores.base import PrunedThread, RunEventStore
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -42,6 +42,8 @@ def parse_age(text: str) -> timedelta:
 
 
 async def cmd_prune(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    if args.thread:
+        await require_thread(store, args.thread)
     result = await store.prune(older_than=args.older_than, thread_id=args.thread, archive=args.archive,
                                dry_run=args.dry_run)
     for item in result.threads:

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from run_journal.cli import render
 from run_journal.cli.common import (
-    CliError,
     all_threads,
     emit,
     emit_json,
     ranges,
     require_thread,
+    resolve_run,
 )
-from run_journal.envelope import validate_id
+from run_journal.envelope import RunEvent
 from run_journal.projections import find_gaps, iter_events, status_of, summarize_usage
 from run_journal.stores.base import RunEventStore
 
@@ -47,11 +48,12 @@ async def cmd_runs(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
         for row in runs:
             emit_json(out, row.to_dict())
         return 0
+    short = render.ShortIds((row.run_id for row in runs), full=args.full_ids)
     rows: list[list[Any]] = []
     for row in runs:
         took = row.ended_at - row.started_at if row.started_at and row.ended_at else None
         duration = took.total_seconds() if took else None
-        rows.append([row.run_id, str(row.status),
+        rows.append([short(row.run_id), str(row.status),
                      row.started_at.isoformat(timespec="seconds") if row.started_at else None,
                      f"{duration:.2f}s" if duration is not None else None, row.usage.llm_calls,
                      row.usage.total_tokens, render.cost_text(row.usage.cost_usd),
@@ -63,20 +65,18 @@ async def cmd_runs(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
 
 
 async def cmd_show(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
-    validate_id("run_id", args.run)
-    row = await store.get_run(args.run)
-    thread_id = args.thread or (row.thread_id if row else None)
-    if thread_id is None:
-        raise CliError(f"run {args.run!r} not found (no run row; pass --thread if only events exist)")
-    events = [event async for event in iter_events(store, thread_id, args.run)]
-    if row is None and not events:
-        raise CliError(f"run {args.run!r} not found in thread {thread_id!r}")
+    if args.thread:
+        await require_thread(store, args.thread)
+    run_id, thread_id = await resolve_run(store, args.run, [args.thread] if args.thread else [])
+    row = await store.get_run(run_id)
+    row = row if row is not None and row.thread_id == thread_id else None
+    events = [event async for event in iter_events(store, thread_id, run_id)]
     style = render.Style(out)
     start = events[0].created_at if events else row.started_at if row else None
-    emit(out, style(f"run {args.run}", "bold") + f"  thread {thread_id}"
+    emit(out, style(f"run {run_id}", "bold") + f"  thread {thread_id}"
          + (f"  {start.date().isoformat()} UTC" if start else ""))
     for event in events:
-        emit(out, render.event_line(event, style, with_date=False))
+        emit(out, render.event_line(event, style))
     emit(out)
     if row is not None:
         for line in render.run_totals(row):
@@ -91,14 +91,12 @@ async def cmd_show(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
 
 async def cmd_events(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
     await require_thread(store, args.thread)
-    style = render.Style(out)
+    run_id = (await resolve_run(store, args.run, [args.thread]))[0] if args.run else None
+    lines = await _listing(store, args, out)
     count = 0
-    async for event in iter_events(store, args.thread, args.run, event_types=args.types,
+    async for event in iter_events(store, args.thread, run_id, event_types=args.types,
                                    task_id=args.task, after_seq=args.after_seq):
-        if args.json:
-            emit_json(out, event.to_dict())
-        else:
-            emit(out, render.event_line(event, style, with_run=args.run is None))
+        lines(event, with_run=run_id is None)
         count += 1
         if count >= args.limit:
             break
@@ -106,18 +104,30 @@ async def cmd_events(store: RunEventStore, args: argparse.Namespace, out: TextIO
 
 
 async def cmd_tail(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
-    validate_id("thread_id", args.thread)
-    style = render.Style(out)
+    await require_thread(store, args.thread)
+    lines = await _listing(store, args, out)
     after = args.after_seq
     if after is None:
         after = max(0, await store.last_seq(args.thread) - args.last)
     async for event in store.follow(args.thread, after_seq=after):
-        if args.json:
-            emit_json(out, event.to_dict())
-        else:
-            emit(out, render.event_line(event, style, with_run=True))
+        lines(event, with_run=True)
         out.flush()
     return 0
+
+
+async def _listing(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> Callable[..., None]:
+    """How ``events`` and ``tail`` print an event: a JSON line, or a dated text line with a short
+    run id (unique among the thread's runs)."""
+    if args.json:
+        return lambda event, with_run: emit_json(out, event.to_dict())
+    style = render.Style(out)
+    dated = render.DatedLines(out, style)
+    short = render.ShortIds([row.run_id for row in await store.list_runs(args.thread)], full=args.full_ids)
+
+    def line(event: RunEvent, with_run: bool) -> None:
+        dated.write(event, render.listing_line(event, style, short(event.run_id) if with_run else None))
+
+    return line
 
 
 async def cmd_usage(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
@@ -127,7 +137,8 @@ async def cmd_usage(store: RunEventStore, args: argparse.Namespace, out: TextIO)
     if args.json:
         emit_json(out, summary.to_dict())
         return 0
-    sections = [("per run", [render.usage_row(r.run_id, r.usage) for r in summary.runs]),
+    short = render.ShortIds((r.run_id for r in summary.runs), full=args.full_ids)
+    sections = [("per run", [render.usage_row(short(r.run_id), r.usage) for r in summary.runs]),
                 ("per model", [render.usage_row(k, v) for k, v in summary.by_model.items()]),
                 ("per caller", [render.usage_row(k, v) for k, v in summary.by_caller.items()])]
     for title, rows in sections:

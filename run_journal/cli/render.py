@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, TextIO
 
@@ -166,23 +166,95 @@ def clock(moment: datetime, *, with_date: bool) -> str:
     return text[:-3]
 
 
-def event_line(event: RunEvent, style: Style, *, with_date: bool = True, with_run: bool = False) -> str:
-    """``time  seq  event  caller  summary  [tokens]`` for one event."""
+def _type_cell(event: RunEvent, style: Style, width: int, limit: int | None = None) -> tuple[str, int]:
+    """The event type, padded to ``width`` (cut at ``limit``), coloured: (text, columns it takes)."""
     colour = _CATEGORY_COLOUR.get(event.category, "")
     if canonical_event_type(event.event_type) == "tool.outcome":
         outcome = _field(event.content, "outcome")
         colour = "red" if outcome in {"error", "missing"} else "dim"
-    cells = [
-        style(clock(event.created_at, with_date=with_date), "dim"),
-        f"{event.seq:>6}",
-        style(f"{event.event_type:<18}", colour),
-        f"{caller(event):<14}",
-    ]
-    if with_run:
-        cells.insert(2, f"{event.run_id:<12}")
+    text = f"{one_line(event.event_type, limit or len(event.event_type)):<{width}}"
+    return style(text, colour), len(text)
+
+
+def event_line(event: RunEvent, style: Style) -> str:
+    """``time  seq  event  caller  summary  [tokens]`` for one event of ``show``."""
+    kind, _ = _type_cell(event, style, 18)
+    cells = [style(clock(event.created_at, with_date=False), "dim"), f"{event.seq:>6}", kind,
+             f"{caller(event):<14}"]
     line = " ".join(cells) + " " + one_line(summary(event))
     usage = usage_cell(event)
     return f"{line}  [{usage}]" if usage else line
+
+
+LINE_WIDTH: Final = 100
+"""Columns of an ``events`` / ``tail`` line: the summary is cut to fit."""
+MIN_SUMMARY: Final = 8
+
+
+def listing_line(event: RunEvent, style: Style, run: str | None, width: int = LINE_WIDTH) -> str:
+    """``time  seq  [run]  event  caller  summary  [tokens cost]`` in ``width`` columns (the summary
+    is cut with an ellipsis; over-long event types and callers too)."""
+    kind, kind_width = _type_cell(event, style, 15, 18)
+    plain = [clock(event.created_at, with_date=False), f"{event.seq:>6}",
+             *([f"{run:<8}"] if run is not None else []), f"{one_line(caller(event), 14):<10}"]
+    usage = _short_usage(event)
+    room = width - sum(len(cell) + 1 for cell in plain) - kind_width - 1 - len(usage)
+    cells = [style(plain[0], "dim"), *plain[1:-1], kind, plain[-1]]
+    return " ".join(cells) + " " + one_line(summary(event), max(room, MIN_SUMMARY)) + usage
+
+
+def _short_usage(event: RunEvent) -> str:
+    """``  [in+out tok $cost]`` of a model call (``show`` names the model too), or ``""``."""
+    usage = event.metadata.get("usage")
+    if not isinstance(usage, Mapping):
+        return ""
+    cost = usage.get("cost_usd", event.metadata.get("cost_usd"))
+    priced = f" ${cost:.4f}" if isinstance(cost, int | float) else ""
+    return f"  [{usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} tok{priced}]"
+
+
+class DatedLines:
+    """``events`` / ``tail`` output: a date line whenever the day changes, then the event lines."""
+
+    def __init__(self, out: TextIO, style: Style) -> None:
+        self.out, self.style, self.day = out, style, ""
+
+    def write(self, event: RunEvent, line: str) -> None:
+        day = event.created_at.date().isoformat()
+        if day != self.day:
+            self.out.write(self.style(f"{day} UTC", "bold") + "\n")
+            self.day = day
+        self.out.write(line + "\n")
+
+
+SHORT_ID: Final = 8
+
+
+class ShortIds:
+    """Run ids as listings show them: the first ``SHORT_ID`` characters, more where two ids of the
+    listing (``known``, and every id shown so far) share those; the whole id with ``full``."""
+
+    def __init__(self, known: Iterable[str] = (), *, full: bool = False) -> None:
+        self.full = full
+        self._known = set(known)
+        self._shown: dict[str, str] = {}
+
+    def __call__(self, run_id: str) -> str:
+        if self.full:
+            return run_id
+        if run_id not in self._known:
+            self._known.add(run_id)
+            self._shown.clear()  # an id may now need more characters
+        if run_id not in self._shown:
+            length = max([SHORT_ID, *(_shared(run_id, other) + 1 for other in self._known
+                                      if other != run_id)])
+            self._shown[run_id] = run_id[:length]
+        return self._shown[run_id]
+
+
+def _shared(a: str, b: str) -> int:
+    """How many leading characters ``a`` and ``b`` have in common."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:

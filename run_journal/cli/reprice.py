@@ -11,7 +11,7 @@ import argparse
 import json
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from run_journal.cli.common import CliError, emit, require_thread
 from run_journal.cli.render import cost_text
@@ -19,7 +19,9 @@ from run_journal.envelope import utc_now
 from run_journal.projections import iter_events
 from run_journal.runs import RunRow
 from run_journal.stores.base import RunEventStore
-from run_journal.usage import RELEVANT_EVENTS, Pricing, reprice_row
+
+if TYPE_CHECKING:
+    from run_journal.usage import Pricing
 
 
 def add_reprice_command(sub: Any) -> None:
@@ -62,6 +64,8 @@ def load_pricing(path: Path) -> Pricing:
 
 
 async def cmd_reprice(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    from run_journal.usage import RELEVANT_EVENTS, reprice_row  # here: it loads LangChain and prices
+
     pricing = load_pricing(args.pricing) if args.pricing else None
     if args.thread:
         await require_thread(store, args.thread)

@@ -14,9 +14,8 @@ import os
 import socket
 import sys
 from typing import Any, Final, TextIO
-from urllib.parse import urlsplit, urlunsplit
 
-from run_journal.cli.common import CliError, emit
+from run_journal.cli.common import CliError, emit, shown_url
 from run_journal.stores.base import RunEventStore
 
 __all__ = ["add_serve_command", "cmd_serve"]
@@ -59,16 +58,6 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _shown(url: str) -> str:
-    """The store URL without a password."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = f"{parts.username}:***@" if parts.username else ""
-    return urlunsplit(parts._replace(netloc=user + netloc))
-
-
 async def cmd_serve(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
     try:
         import uvicorn
@@ -86,7 +75,7 @@ async def cmd_serve(store: RunEventStore, args: argparse.Namespace, out: TextIO)
     if not _is_loopback(args.host) and token is None:
         print(f"run-journal: warning: listening on {args.host} without --token: anyone who can reach "
               "this port can read every run", file=sys.stderr)
-    emit(out, f"run-journal: serving {_shown(args.url)} at http://{shown_host}:{port}/ "
+    emit(out, f"run-journal: serving {shown_url(args.url)} at http://{shown_host}:{port}/ "
               f"({'token required' if token else 'no token'}); Ctrl-C stops")
     out.flush()
     config = uvicorn.Config(app, log_level="info" if args.access_log else "warning",
