@@ -8,7 +8,9 @@ follower process prints each event as it is committed (``store.follow``, woken b
     python examples/postgres_workers.py [postgresql://user@host/db[?schema=name]]
 
 The URL defaults to ``$RUN_JOURNAL_POSTGRES_URL`` or ``postgresql://postgres@127.0.0.1:5432/test``.
-With no server reachable it prints why and exits with status 0 ("skipped").
+With no server reachable it prints why and exits with status 0 ("skipped"). Each invocation uses a
+thread and run ids of its own (run ids are unique in a store), so it can run again and again against
+the same database.
 """
 
 from __future__ import annotations
@@ -57,6 +59,11 @@ def build_graph(worker: str, turn: int) -> Any:
     return builder.compile()
 
 
+def run_id_of(thread_id: str, name: str, turn: int) -> str:
+    """``w1-run0-<the thread's suffix>``: readable, and unused by any earlier invocation."""
+    return f"{name}-run{turn}-{thread_id.removeprefix('dice-')}"
+
+
 async def worker(url: str, thread_id: str, name: str) -> None:
     """One worker process: a few runs on the shared thread, each with its own journal."""
     async with open_store(url) as store:
@@ -64,9 +71,9 @@ async def worker(url: str, thread_id: str, name: str) -> None:
         print(f"{name}: ready", flush=True)
         await asyncio.to_thread(sys.stdin.readline)  # start together with the other worker
         for turn, graph in enumerate(graphs):
-            async with RunJournal(store, thread_id=thread_id, run_id=f"{name}-run{turn}") as journal:
-                await graph.ainvoke({"messages": [("user", f"{name}, roll a die")]},
-                                                      {"callbacks": [journal]})
+            run_id = run_id_of(thread_id, name, turn)
+            async with RunJournal(store, thread_id=thread_id, run_id=run_id) as journal:
+                await graph.ainvoke({"messages": [("user", f"{name}, roll a die")]}, {"callbacks": [journal]})
 
 
 async def follower(url: str, thread_id: str, expected: int) -> None:
@@ -76,7 +83,7 @@ async def follower(url: str, thread_id: str, expected: int) -> None:
         seen = 0
         async with asyncio.timeout(120):
             async for event in store.follow(thread_id, after_seq=0):
-                print(f"follower: seq {event.seq:>2} {event.run_id:<10} {event.event_type}", flush=True)
+                print(f"follower: seq {event.seq:>2} {event.run_id:<18} {event.event_type}", flush=True)
                 seen += 1
                 if seen == expected:
                     return
@@ -112,6 +119,8 @@ def main() -> int:
         process.stdin.write("go\n")
         process.stdin.close()
     failed = [p.args for p in workers if p.wait() != 0]
+    if failed:  # the follower would wait for events that never come
+        follow.terminate()
     failed += [follow.args] if follow.wait() != 0 else []
     if failed:
         print(f"a process failed: {failed}")

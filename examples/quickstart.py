@@ -5,13 +5,19 @@ Run from any directory (the store is ``journal.db`` in the current directory)::
     python examples/quickstart.py
 
 The agent is a two-node LangGraph graph (model -> tools -> model) whose model is an offline fake
-(``RUN_JOURNAL_MODEL=openai:gpt-4o-mini`` swaps in a real one, see examples/README.md). Afterwards try
-``run-journal sqlite:///journal.db threads`` and ``run-journal sqlite:///journal.db show <run>``.
+(``RUN_JOURNAL_MODEL=openai:gpt-4o-mini`` swaps in a real one, see examples/README.md). It ends with
+the command lines that list the store's threads and show the run, as they run from here (for example
+``.venv/bin/run-journal sqlite:///journal.db threads`` when the virtualenv is not activated).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import shlex
+import shutil
+import sys
+from pathlib import Path
 from typing import Any
 
 from _models import chat_model, reply
@@ -63,6 +69,30 @@ def summary(event: RunEvent) -> str:
     return str(event.metadata.get("status", ""))
 
 
+def shown(path: Path) -> str:
+    """A path as typed from the current directory: relative when it is inside it."""
+    try:
+        text = str(path.relative_to(Path.cwd()))
+    except ValueError:
+        text = str(path)
+    return shlex.quote(text)
+
+
+def run_journal_command() -> str:
+    """The ``run-journal`` command line as it will run from here, activated virtualenv or not."""
+    for name in ("run-journal", "run-journal.exe"):  # installed next to this Python
+        script = Path(sys.executable).parent / name
+        if script.is_file():
+            on_path = shutil.which("run-journal")
+            if on_path and Path(on_path).resolve() == script.resolve():
+                return "run-journal"
+            return shown(script)
+    python = shown(Path(sys.executable))
+    if importlib.util.find_spec("run_journal.cli.__main__") is not None:
+        return f"{python} -m run_journal.cli"
+    return f"{python} -c 'import sys; from run_journal.cli import main; sys.exit(main())'"
+
+
 async def main() -> None:
     graph = build_graph()
     inputs = {"messages": [("user", "What's the weather in Paris?")]}
@@ -83,7 +113,10 @@ async def main() -> None:
         print(f"\nstatus {row.status}: {usage.llm_calls} model calls, {usage.input_tokens} input + "
               f"{usage.output_tokens} output = {usage.total_tokens} tokens, "
               f"{row.tool_call_count} tool call(s)")
-        print("stored in journal.db; try: run-journal sqlite:///journal.db threads")
+        command = run_journal_command()
+        print("\nstored in journal.db; read it back with the command line:")
+        print(f"  {command} sqlite:///journal.db threads")
+        print(f"  {command} sqlite:///journal.db show {journal.run_id}")
 
 
 if __name__ == "__main__":

@@ -67,8 +67,10 @@ def build_graph() -> Any:
 
 
 def prepare_workspace() -> None:
-    """The files the agent finds when it starts."""
+    """The files the agent finds when it starts (the same every time the example runs)."""
     WORKSPACE.mkdir(exist_ok=True)
+    for created_by_the_agent in ("README.md", ".env"):  # left over from an earlier run
+        (WORKSPACE / created_by_the_agent).unlink(missing_ok=True)
     (WORKSPACE / "app.py").write_text("print('hello')\n", encoding="utf-8")
     (WORKSPACE / "notes.txt").write_text("remember to write the README\n", encoding="utf-8")
 

@@ -1,27 +1,54 @@
 """Every example runs as a newcomer would run it (a subprocess in an empty directory) and prints
-what it claims to show."""
+what it claims to show; then it runs a second time against the same store and directory, as someone
+trying it again would, and must succeed and still make sense."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import sqlite3
 import subprocess
 import sys
+import sysconfig
+import venv
 from pathlib import Path
 
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+BIN = Path(sys.executable).parent
 
 
-def run_example(name: str, cwd: Path, *args: str, timeout: float = 180) -> str:
-    env = {key: value for key, value in os.environ.items() if key != "RUN_JOURNAL_MODEL"}
+def example_env() -> dict[str, str]:
+    """The caller's environment without a real model and without this virtualenv on ``PATH`` (as
+    when it is not activated)."""
+    path = [part for part in os.environ.get("PATH", "").split(os.pathsep) if part and Path(part) != BIN]
+    env = {key: value for key, value in os.environ.items()
+           if key not in {"RUN_JOURNAL_MODEL", "RUN_JOURNAL_URL", "VIRTUAL_ENV"}}
+    return {**env, "PATH": os.pathsep.join(path)}
+
+
+def run_example(name: str, cwd: Path, *args: str, timeout: float = 180, python: str = sys.executable) -> str:
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), *args], cwd=cwd, env=env, capture_output=True,
+        [python, str(EXAMPLES / name), *args], cwd=cwd, env=example_env(), capture_output=True,
         text=True, timeout=timeout, check=False,
     )
     assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def hinted_commands(output: str) -> list[str]:
+    """The command lines the quickstart suggests at its end."""
+    tail = output.split("read it back with the command line:\n", 1)[1]
+    return [line.strip() for line in tail.splitlines() if line.startswith("  ")]
+
+
+def run_hint(command: str, cwd: Path) -> str:
+    """A suggested command line, run the way a shell would run it from ``cwd``."""
+    done = subprocess.run(shlex.split(command), cwd=cwd, env=example_env(), capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, f"{command} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
 
@@ -44,72 +71,155 @@ def test_quickstart_journals_into_journal_db_in_the_current_directory(tmp_path: 
     with sqlite3.connect(tmp_path / "journal.db") as db:
         assert db.execute("select count(*) from run_journal_events").fetchone() == (8,)
     again = run_example("quickstart.py", tmp_path)  # a second turn on the same thread continues seq
+    assert again.splitlines()[0] == "success 133"
     assert [seq for seq, _, _ in timeline(again)] == list(range(9, 17))
+    assert "status success: 2 model calls, 110 input + 23 output = 133 tokens, 1 tool call(s)" in again
+    first_run = re.search(r"^run (\w+) on thread t1$", out, re.M)
+    second_run = re.search(r"^run (\w+) on thread t1$", again, re.M)
+    assert first_run is not None
+    assert second_run is not None
+    assert first_run[1] != second_run[1]
+
+
+def test_quickstart_suggests_command_lines_that_run_without_an_activated_virtualenv(
+        tmp_path: Path) -> None:
+    out = run_example("quickstart.py", tmp_path)
+    threads, show = hinted_commands(out)
+    # This virtualenv is outside the current directory: its script, by its full path.
+    script = BIN / "run-journal"
+    assert script.is_file()
+    assert threads == f"{shlex.quote(str(script))} sqlite:///journal.db threads"
+    run_id = re.search(r"^run (\w+) on thread t1$", out, re.M)
+    assert run_id is not None
+    assert show == f"{shlex.quote(str(script))} sqlite:///journal.db show {run_id[1]}"
+    listed = run_hint(threads, tmp_path)
+    assert re.search(r"^t1\s+8\s+1\s+success", listed, re.M), listed
+    shown = run_hint(show, tmp_path)
+    assert f"run {run_id[1]}" in shown
+    assert "get_weather" in shown
+
+
+def make_virtualenv(root: Path, *, with_script: bool) -> Path:
+    """A virtualenv at ``root/.venv`` that sees this one's packages (run_journal included); with the
+    ``run-journal`` script pip would install, or without it. Returns its Python."""
+    env_dir = root / ".venv"
+    venv.create(env_dir, with_pip=False, symlinks=os.name != "nt")
+    python = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    site_packages = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    here = sysconfig.get_paths()["purelib"]
+    Path(site_packages, "parent_env.pth").write_text(f"import site; site.addsitedir({here!r})\n")
+    if with_script:
+        script = python.parent / "run-journal"
+        script.write_text(f"#!{python}\nimport sys\nfrom run_journal.cli import main\nsys.exit(main())\n")
+        script.chmod(0o755)
+    return python
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX virtualenv layout and shell quoting")
+def test_quickstart_shows_a_virtualenv_in_the_current_directory_relative_to_it(tmp_path: Path) -> None:
+    python = make_virtualenv(tmp_path, with_script=True)
+    out = run_example("quickstart.py", tmp_path, python=str(python))
+    threads, _ = hinted_commands(out)
+    assert threads == ".venv/bin/run-journal sqlite:///journal.db threads"
+    assert re.search(r"^t1\s+8\s+1\s+success", run_hint(threads, tmp_path), re.M)
+    # Without the script (run_journal importable, not installed with its entry point): through Python.
+    (python.parent / "run-journal").unlink()
+    again = run_example("quickstart.py", tmp_path, python=str(python))
+    threads, _ = hinted_commands(again)
+    assert threads.startswith(".venv/bin/python ")
+    assert threads.endswith(" sqlite:///journal.db threads")
+    assert re.search(r"^t1\s+16\s+2\s+success", run_hint(threads, tmp_path), re.M)
 
 
 def test_tool_agent_prices_the_run(tmp_path: Path) -> None:
-    out = run_example("tool_agent.py", tmp_path)
-    assert "answer: Order A-1001 shipped on 2024-05-02 and arrives Friday; it is still refundable." in out
-    assert "tool calls 2 (0 failed), messages 5" in out
-    assert "tokens: 2550 input + 100 output = 2650 in 2 model calls" in out
-    # 2550 input tokens at $2.50/M + 100 output tokens at $10/M
-    assert "cost: $0.007375" in out
-    assert "by model fake-gpt: 2650 tokens $0.007375" in out
-    assert re.search(r"seq \d+: lookup_order -> success", out)
-    assert re.search(r"seq \d+: refund_policy -> success", out)
+    lookups = []
+    for _ in range(2):  # the second run is a new run on the same thread of the same journal.db
+        out = run_example("tool_agent.py", tmp_path)
+        assert "answer: Order A-1001 shipped on 2024-05-02 and arrives Friday; it is still refundable." in out
+        assert "tool calls 2 (0 failed), messages 5" in out
+        assert "tokens: 2550 input + 100 output = 2650 in 2 model calls" in out
+        # 2550 input tokens at $2.50/M + 100 output tokens at $10/M: the row is this run's alone
+        assert "cost: $0.007375" in out
+        assert "by model fake-gpt: 2650 tokens $0.007375" in out
+        lookup = re.search(r"seq (\d+): lookup_order -> success", out)
+        assert lookup is not None
+        lookups.append(int(lookup[1]))
+        assert re.search(r"seq \d+: refund_policy -> success", out)
+    assert lookups[1] > lookups[0]
 
 
 def test_interrupt_then_resume_names_the_interrupted_run(tmp_path: Path) -> None:
-    out = run_example("interrupt_resume.py", tmp_path)
-    runs = re.findall(r"^run (\w+): status (\w+), resumed_from (\w+)$", out, re.M)
-    assert [status for _, status, _ in runs] == ["interrupted", "success"]
-    (first, _, origin), (_, _, resumed) = runs
-    assert origin == "None"
-    assert resumed == first
-    assert "value={'question': 'Approve a $40 refund?'}" in out
-    assert re.findall(r"seq\s+(\d+) \w+ (\S+)", out) == [
-        ("1", "run.start"), ("2", "llm.human.input"), ("3", "run.interrupt"),
-        ("4", "run.start"), ("5", "llm.ai.response"), ("6", "run.end"),
-    ]
-    assert out.rstrip().endswith("second run resumes the first: True")
+    first_runs = []
+    for _ in range(2):  # memory:// and an in-memory checkpointer: every run starts afresh
+        out = run_example("interrupt_resume.py", tmp_path)
+        runs = re.findall(r"^run (\w+): status (\w+), resumed_from (\w+)$", out, re.M)
+        assert [status for _, status, _ in runs] == ["interrupted", "success"]
+        (first, _, origin), (_, _, resumed) = runs
+        assert origin == "None"
+        assert resumed == first
+        first_runs.append(first)
+        assert "value={'question': 'Approve a $40 refund?'}" in out
+        assert re.findall(r"seq\s+(\d+) \w+ (\S+)", out) == [
+            ("1", "run.start"), ("2", "llm.human.input"), ("3", "run.interrupt"),
+            ("4", "run.start"), ("5", "llm.ai.response"), ("6", "run.end"),
+        ]
+        assert out.rstrip().endswith("second run resumes the first: True")
+    assert first_runs[0] != first_runs[1]
 
 
 def test_subagent_steps_read_back_by_task_id_in_pages(tmp_path: Path) -> None:
-    out = run_example("subagent_stream.py", tmp_path)
-    steps = re.findall(r"page (\d): seq (\d+) #(\d) (\w+): (.*)", out)
-    assert [(page, index, kind) for page, _, index, kind, _ in steps] == [
-        ("1", "0", "ai"), ("1", "1", "tool"), ("2", "2", "ai")]
-    assert steps[1][4].startswith("3 papers on event logs")
-    assert [int(seq) for _, seq, _, _, _ in steps] == sorted(int(seq) for _, seq, _, _, _ in steps)
-    assert re.search(r"subagent\.start\s+subagent:researcher\s+task_id=task-1", out)
-    assert re.search(r"subagent\.end\s+subagent:researcher\s+task_id=task-1", out)
-    assert "usage lead_agent: 2 call(s), 104 tokens" in out
-    assert "usage subagent:researcher: 2 call(s), 122 tokens" in out
+    starts = []
+    for _ in range(2):  # the second run's task-1 is read back alone, not mixed with the first run's
+        out = run_example("subagent_stream.py", tmp_path)
+        steps = re.findall(r"page (\d): seq (\d+) #(\d) (\w+): (.*)", out)
+        assert [(page, index, kind) for page, _, index, kind, _ in steps] == [
+            ("1", "0", "ai"), ("1", "1", "tool"), ("2", "2", "ai")]
+        assert steps[1][4].startswith("3 papers on event logs")
+        assert [int(seq) for _, seq, _, _, _ in steps] == sorted(int(seq) for _, seq, _, _, _ in steps)
+        assert re.search(r"subagent\.start\s+subagent:researcher\s+task_id=task-1", out)
+        assert re.search(r"subagent\.end\s+subagent:researcher\s+task_id=task-1", out)
+        assert "usage lead_agent: 2 call(s), 104 tokens" in out
+        assert "usage subagent:researcher: 2 call(s), 122 tokens" in out
+        timeline_seqs = [int(seq) for seq in re.findall(r"^  seq\s+(\d+) ", out, re.M)]
+        assert timeline_seqs == list(range(timeline_seqs[0], timeline_seqs[0] + 17))
+        starts.append(timeline_seqs[0])
+    assert starts == [1, 18]
 
 
 def test_workspace_changes_are_reviewed(tmp_path: Path) -> None:
-    out = run_example("workspace_changes.py", tmp_path)
-    assert "4 file(s) changed +4 -2" in out
-    files = re.findall(r"^  (created|modified|deleted)\s+(\S+)\s+\+(\d+) -(\d+)(.*)$", out, re.M)
-    assert files == [("created", ".env", "0", "0", " (sensitive)"), ("created", "README.md", "3", "0", ""),
-                     ("modified", "app.py", "1", "1", ""), ("deleted", "notes.txt", "0", "1", "")]
-    assert "-print('hello')\n+print('hello, world')" in out
-    assert "not-a-real-key" not in out
-    assert (tmp_path / "workspace" / "app.py").read_text() == "print('hello, world')\n"
+    for _ in range(2):  # the second run finds the workspace as the first did (and reviews its own run)
+        out = run_example("workspace_changes.py", tmp_path)
+        assert "4 file(s) changed +4 -2" in out
+        files = re.findall(r"^  (created|modified|deleted)\s+(\S+)\s+\+(\d+) -(\d+)(.*)$", out, re.M)
+        assert files == [
+            ("created", ".env", "0", "0", " (sensitive)"), ("created", "README.md", "3", "0", ""),
+            ("modified", "app.py", "1", "1", ""), ("deleted", "notes.txt", "0", "1", "")]
+        assert "-print('hello')\n+print('hello, world')" in out
+        assert "not-a-real-key" not in out
+        assert (tmp_path / "workspace" / "app.py").read_text() == "print('hello, world')\n"
+        assert not (tmp_path / "workspace" / "notes.txt").exists()
 
 
 @pytest.mark.postgres
 def test_postgres_workers_share_one_dense_thread(tmp_path: Path, postgres_database_url: str) -> None:
-    out = run_example("postgres_workers.py", tmp_path, f"{postgres_database_url}?schema=examples_workers")
-    assert "skipped" not in out
-    assert re.search(r"48 events from 6 runs by 2 workers", out)
-    assert "seq runs from 1 to 48; gaps: none; duplicates: 0" in out
-    followed = [int(seq) for seq in re.findall(r"^follower: seq\s+(\d+)", out, re.M)]
-    assert followed == list(range(1, 49))
-    writers = re.search(r"writer of each seq \(1 = w1, 2 = w2\): ([12]+)", out)
-    assert writers is not None
-    assert sorted(writers[1]) == ["1"] * 24 + ["2"] * 24
-    assert "statuses: ['success']" in out
+    threads = []
+    for _ in range(2):  # the second invocation journals new runs on a new thread of the same schema
+        out = run_example("postgres_workers.py", tmp_path, f"{postgres_database_url}?schema=examples_workers")
+        assert "skipped" not in out
+        thread = re.search(r"^thread (dice-\w+): 48 events from 6 runs by 2 workers$", out, re.M)
+        assert thread is not None
+        threads.append(thread[1])
+        assert "seq runs from 1 to 48; gaps: none; duplicates: 0" in out
+        followed = [int(seq) for seq in re.findall(r"^follower: seq\s+(\d+)", out, re.M)]
+        assert followed == list(range(1, 49))
+        writers = re.search(r"writer of each seq \(1 = w1, 2 = w2\): ([12]+)", out)
+        assert writers is not None
+        assert sorted(writers[1]) == ["1"] * 24 + ["2"] * 24
+        assert "statuses: ['success']" in out
+    assert threads[0] != threads[1]
 
 
 def test_postgres_workers_skips_without_a_server(tmp_path: Path) -> None:
