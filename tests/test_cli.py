@@ -1,4 +1,5 @@
-"""The ``run-journal`` console script, run as a process on real store files (SQLite, JSONL, PostgreSQL)."""
+"""The ``run-journal`` command line: in-process (``main([...])``) on every file and server backend, and
+as a process where processes are the point (the entry point, Ctrl-C, tail across processes, pipes)."""
 
 from __future__ import annotations
 
@@ -9,29 +10,62 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from run_journal import RunRow, UsageTotals, open_store
+from run_journal import RunEventStore, RunRow, UsageTotals, open_store
+from run_journal.cli import main
 from run_journal.contract import validate_record
+from tests.conftest import backend_url
 
 RUN_JOURNAL = str(Path(sys.executable).with_name("run-journal"))
 START = datetime(2025, 3, 1, 9, 30, tzinfo=UTC)
+BACKENDS = ("jsonl", "sqlite", "postgres", "redis")
+"""``memory://`` is empty in every new ``open_store``, so the command line has nothing to read there."""
 
 
-def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([RUN_JOURNAL, *args], capture_output=True, text=True, timeout=timeout,
-                          check=False)
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, needle: str) -> None:
+Cli = Callable[..., Done]
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    """``run-journal ARGS...`` in this process: its exit status and what it printed."""
+
+    def call(*args: str) -> Done:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as stop:  # argparse: --help, --version, usage errors
+            code = stop.code if isinstance(stop.code, int) else 0
+        out, err = capsys.readouterr()
+        return Done(code, out, err)
+
+    return call
+
+
+def spawn(*args: str) -> Done:
+    done = subprocess.run([RUN_JOURNAL, *args], capture_output=True, text=True, timeout=120, check=False)
+    return Done(done.returncode, done.stdout, done.stderr)
+
+
+def assert_one_line_error(result: Done, code: int, needle: str) -> None:
     assert result.returncode == code, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("run-journal: ")
     assert needle in result.stderr
 
 
@@ -97,35 +131,50 @@ async def seed(url: str, *, thread: str = "t1", extra: list[dict[str, Any]] | No
             await store.put_run(row)
 
 
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/journal.db"
+def seeded(url: str) -> str:
     asyncio.run(seed(url))
     asyncio.run(seed(url, thread="t2"))
     return url
 
 
+@pytest.fixture(scope="module", params=BACKENDS)
+def shared_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Threads t1 and t2 on each backend, for the tests that only read (one store per module)."""
+    return seeded(backend_url(request.param, request, tmp_path_factory))
+
+
+@pytest.fixture(params=BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Threads t1 and t2 on each backend, for a test that writes."""
+    return seeded(backend_url(request.param, request, tmp_path_factory))
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return seeded(f"sqlite:///{tmp_path}/journal.db")
+
+
 # -- listing and reading ---------------------------------------------------------------------------
-def test_threads_and_runs(sqlite_url: str) -> None:
-    result = cli(sqlite_url, "threads")
+def test_threads_and_runs(cli: Cli, shared_url: str) -> None:
+    result = cli(shared_url, "threads")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split()[:3] == ["thread", "events", "runs"]
     assert [line.split()[:3] for line in lines[1:]] == [["t1", "10", "2"], ["t2", "10", "2"]]
     assert "\x1b[" not in result.stdout
-    rows = [json.loads(line) for line in cli(sqlite_url, "threads", "--json").stdout.splitlines()]
+    rows = [json.loads(line) for line in cli(shared_url, "threads", "--json").stdout.splitlines()]
     assert rows[0] == {"thread_id": "t1", "events": 10, "runs": 2, "last_status": "error",
                        "last_started_at": (START + timedelta(seconds=8)).isoformat(timespec="seconds")}
-    runs = cli(sqlite_url, "runs", "t1")
+    runs = cli(shared_url, "runs", "t1")
     assert runs.returncode == 0
     assert [line.split()[:2] for line in runs.stdout.splitlines()[1:]] == [["r1", "success"], ["r2", "error"]]
-    as_json = cli(sqlite_url, "runs", "t1", "--json").stdout.splitlines()
+    as_json = cli(shared_url, "runs", "t1", "--json").stdout.splitlines()
     parsed = [RunRow.from_dict(json.loads(line)) for line in as_json]
     assert [row.usage.total_tokens for row in parsed] == [15, 0]
 
 
-def test_show_prints_a_timeline_and_totals(sqlite_url: str) -> None:
-    result = cli(sqlite_url, "show", "r1")
+def test_show_prints_a_timeline_and_totals(cli: Cli, shared_url: str) -> None:
+    result = cli(shared_url, "show", "r1")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert out.splitlines()[0] == "run r1  thread t1  2025-03-01 UTC"
@@ -144,44 +193,181 @@ def test_show_prints_a_timeline_and_totals(sqlite_url: str) -> None:
     assert "cost $0.0010" in out
     assert "tool calls 2 (1 failed)" in out
     assert "by model: fake-model 15 tok $0.0010" in out
-    failed = cli(sqlite_url, "show", "r2").stdout
+    failed = cli(shared_url, "show", "r2").stdout
     assert "ValueError: bad input" in failed
     assert "status error" in failed
 
 
-def test_events_filters_and_json(sqlite_url: str) -> None:
-    outcomes = cli(sqlite_url, "events", "t1", "--type", "tool.outcome", "--type", "run.end", "--json")
+def test_events_filters_and_json(cli: Cli, shared_url: str) -> None:
+    outcomes = cli(shared_url, "events", "t1", "--type", "tool.outcome", "--type", "run.end", "--json")
     records = [json.loads(line) for line in outcomes.stdout.splitlines()]
     assert [(r["seq"], r["event_type"]) for r in records] == [
         (6, "tool.outcome"), (7, "tool.outcome"), (8, "run.end")]
     assert all(validate_record(r) == [] for r in records)
-    run_lines = cli(sqlite_url, "events", "t1", "--run", "r2", "--json").stdout.splitlines()
+    run_lines = cli(shared_url, "events", "t1", "--run", "r2", "--json").stdout.splitlines()
     by_run = [json.loads(line)["seq"] for line in run_lines]
     assert by_run == [9, 10]
-    paged = cli(sqlite_url, "events", "t1", "--after-seq", "3", "--limit", "2")
-    assert [line.split()[2] for line in paged.stdout.splitlines()] == ["4", "5"]
-    assert cli(sqlite_url, "events", "t1", "--task", "nope").stdout == ""
+    paged = cli(shared_url, "events", "t1", "--after-seq", "3", "--limit", "2").stdout.splitlines()
+    assert paged[0] == "2025-03-01 UTC"
+    assert [line.split()[:4] for line in paged[1:]] == [
+        ["09:30:03.000", "4", "r1", "tool.call"], ["09:30:04.000", "5", "r1", "llm.tool.result"]]
+    assert "[10+5 tok $0.0010]" in cli(shared_url, "events", "t1", "--type", "llm.ai.response").stdout
+    assert cli(shared_url, "events", "t1", "--task", "nope").stdout == ""
 
 
-def test_usage_totals_per_run_model_and_caller(sqlite_url: str) -> None:
-    text = cli(sqlite_url, "usage", "t1").stdout
+def test_usage_totals_per_run_model_and_caller(cli: Cli, shared_url: str) -> None:
+    text = cli(shared_url, "usage", "t1").stdout
     assert "per model" in text
     assert "fake-model" in text
     assert "lead_agent" in text
-    summary = json.loads(cli(sqlite_url, "usage", "--json").stdout)
+    summary = json.loads(cli(shared_url, "usage", "--json").stdout)
     assert summary["total"]["total_tokens"] == 30
     assert len(summary["runs"]) == 4
     assert summary["by_model"]["fake-model"]["llm_calls"] == 2
 
 
+# -- every thread or run argument that names nothing ------------------------------------------------
+NOT_FOUND = [
+    (["runs", "nope"], "thread 'nope' not found"),
+    (["events", "nope"], "thread 'nope' not found"),
+    (["events", "t1", "--run", "no-such-run"], "run 'no-such-run' not found in thread 't1'"),
+    (["events", "t1", "--run", "r1x"], "run 'r1x' not found in thread 't1'"),
+    (["events", "t1", "--run", "t2r1"], "run 't2r1' not found in thread 't1'"),
+    (["tail", "nope"], "thread 'nope' not found"),
+    (["show", "no-such-run"], "run 'no-such-run' not found"),
+    (["show", "nope"], "run 'nope' not found (a run id prefix needs at least 6 characters)"),
+    (["show", "r1", "--thread", "nope"], "thread 'nope' not found"),
+    (["show", "r1", "--thread", "t2"], "run 'r1' not found in thread 't2'"),
+    (["verify", "nope"], "thread 'nope' not found"),
+    (["verify", "t1", "nope"], "thread 'nope' not found"),
+    (["export", "nope"], "thread 'nope' not found"),
+    (["export", "--run", "no-such-run"], "run 'no-such-run' not found"),
+    (["export", "t2", "--run", "r1"], "run 'r1' not found in thread 't2'"),
+    (["export", "--format", "otlp", "--thread", "nope"], "thread 'nope' not found"),
+    (["export", "--format", "otlp", "--run", "no-such-run"], "run 'no-such-run' not found"),
+    (["usage", "nope"], "thread 'nope' not found"),
+    (["reprice", "--thread", "nope"], "thread 'nope' not found"),
+    (["prune", "--older-than", "1d", "--thread", "nope"], "thread 'nope' not found"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), NOT_FOUND, ids=lambda v: " ".join(v) if isinstance(v, list)
+                         else "")
+def test_a_thread_or_run_that_does_not_exist_is_one_line_and_status_1(
+    cli: Cli, shared_url: str, args: list[str], message: str
+) -> None:
+    result = cli(shared_url, *args)
+    assert_one_line_error(result, 1, message)
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("destination", ["sqlite", "jsonl"])
+def test_copy_of_a_missing_thread_fails_and_creates_no_destination(
+    cli: Cli, shared_url: str, tmp_path: Path, destination: str
+) -> None:
+    target = tmp_path / ("copy.db" if destination == "sqlite" else "copy")
+    assert_one_line_error(cli(shared_url, "copy", f"{destination}:///{target}", "--thread", "t1",
+                              "--thread", "nope"), 1, "thread 'nope' not found")
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- run id prefixes and short ids -----------------------------------------------------------------
+ALPHA, BRAVO, ROWLESS = "8f3a9c21d0e4a1", "8f3a9c21ff77b2", "5b6e7d1a2c3d4e"
+
+
+@pytest.fixture
+def prefixed_url(tmp_path: Path) -> str:
+    """Thread p: runs ALPHA and BRAVO (same first 8 characters) with rows, ROWLESS with only events."""
+    url = f"sqlite:///{tmp_path}/prefixes.db"
+
+    async def fill() -> None:
+        async with open_store(url) as store:
+            for at, run in enumerate((ALPHA, BRAVO, ROWLESS)):
+                await store.put_batch([
+                    e("p", run, "run.start", "trace", {"run_name": "agent"}, 10 * at),
+                    e("p", run, "llm.human.input", "message", {"type": "human", "content": run}, 10 * at + 1),
+                ])
+                if run != ROWLESS:
+                    await store.put_run(RunRow(run_id=run, thread_id="p", status="running",
+                                               started_at=START + timedelta(seconds=10 * at)))
+
+    asyncio.run(fill())
+    return url
+
+
+def test_run_ids_can_be_shortened_to_a_unique_prefix(cli: Cli, prefixed_url: str) -> None:
+    assert cli(prefixed_url, "show", "8f3a9c21d").stdout.startswith(f"run {ALPHA}  thread p")
+    assert cli(prefixed_url, "show", ROWLESS[:6]).stdout.startswith(f"run {ROWLESS}  thread p")
+    assert cli(prefixed_url, "show", ROWLESS[:6], "--thread", "p").returncode == 0
+    seqs = [json.loads(line)["seq"] for line in
+            cli(prefixed_url, "events", "p", "--run", "8f3a9c21f", "--json").stdout.splitlines()]
+    assert seqs == [3, 4]
+    exported = [json.loads(line)
+                for line in cli(prefixed_url, "export", "--run", "5b6e7d1").stdout.splitlines()]
+    assert [(r["run_id"], r["seq"]) for r in exported] == [(ROWLESS, 5), (ROWLESS, 6)]
+    ambiguous = cli(prefixed_url, "show", "8f3a9c")
+    assert_one_line_error(ambiguous, 2, "run id prefix '8f3a9c' is ambiguous: 2 runs match")
+    assert ALPHA in ambiguous.stderr
+    assert BRAVO in ambiguous.stderr
+    assert_one_line_error(cli(prefixed_url, "events", "p", "--run", "8f3a9c21"), 2, "ambiguous")
+    assert_one_line_error(cli(prefixed_url, "show", "8f3a9"), 1, "at least 6 characters")
+
+
+def test_listings_show_short_ids_unless_asked_and_json_keeps_them_whole(cli: Cli, prefixed_url: str) -> None:
+    runs = cli(prefixed_url, "runs", "p").stdout.splitlines()
+    assert [line.split()[0] for line in runs[1:]] == ["8f3a9c21d", "8f3a9c21f"]  # 8 would be the same
+    full = cli(prefixed_url, "runs", "p", "--full-ids").stdout.splitlines()
+    assert [line.split()[0] for line in full[1:]] == [ALPHA, BRAVO]
+    assert [json.loads(line)["run_id"] for line in
+            cli(prefixed_url, "runs", "p", "--json").stdout.splitlines()] == [ALPHA, BRAVO]
+    events = cli(prefixed_url, "events", "p").stdout.splitlines()[1:]
+    assert [line.split()[2] for line in events] == ["8f3a9c21d", "8f3a9c21d", "8f3a9c21f", "8f3a9c21f",
+                                                    "5b6e7d1a", "5b6e7d1a"]
+    assert ROWLESS in cli(prefixed_url, "events", "p", "--full-ids").stdout
+    assert "8f3a9c21d " in cli(prefixed_url, "usage", "p").stdout
+    assert ALPHA in cli(prefixed_url, "usage", "p", "--full-ids").stdout
+    assert all(json.loads(line)["run_id"] in {ALPHA, BRAVO, ROWLESS} for line in
+               cli(prefixed_url, "events", "p", "--json").stdout.splitlines())
+
+
+def test_events_lines_fit_in_100_columns(cli: Cli, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/wide.db"
+    run = "f" * 32
+    usage = {"input_tokens": 123456, "output_tokens": 65432, "cost_usd": 12.3456}
+    long_caller = {"caller": "subagent:a-research-assistant-with-a-long-name"}
+    events = [
+        e("w", run, "run.start", "trace", {"run_name": "agent " * 40}, 0),
+        e("w", run, "llm.human.input", "message", {"type": "human", "content": "tell me " * 100}, 1,
+          **long_caller),
+        e("w", run, "llm.ai.response", "message", {"type": "ai", "content": "well " * 100}, 2, usage=usage,
+          model_name="a-model-with-a-long-name"),
+        e("w", run, "middleware:a_very_long_tag_name1", "middleware",
+          {"name": "guard", "hook": "before", "action": "edit", "changes": {"x": "y" * 200}}, 3),
+    ]
+
+    async def fill() -> None:
+        async with open_store(url) as store:
+            await store.put_batch(events)
+
+    asyncio.run(fill())
+    lines = cli(url, "events", "w").stdout.splitlines()
+    assert len(lines) == 5
+    assert all(len(line) <= 100 for line in lines), [len(line) for line in lines]
+    assert lines[2].endswith("…")
+    assert lines[3].endswith("…  [123456+65432 tok $12.3456]")
+    assert lines[1].split()[2] == "ffffffff"
+    assert run in cli(url, "events", "w", "--full-ids").stdout
+
+
 # -- verify ----------------------------------------------------------------------------------------
-def test_verify_passes_a_clean_store_and_catches_a_hole_and_a_bad_row(sqlite_url: str) -> None:
-    clean = cli(sqlite_url, "verify")
+def test_verify_passes_a_clean_store_and_catches_a_hole_and_a_bad_row(cli: Cli, url: str) -> None:
+    clean = cli(url, "verify")
     assert clean.returncode == 0, clean.stdout
     assert clean.stdout.strip().endswith("verified 20 events in 2 thread(s), 4 run(s): OK")
 
     async def damage() -> None:
-        async with open_store(sqlite_url) as store:
+        async with open_store(url) as store:
             await store.put_batch([e("t1", "r3", "run.start", "trace", "not an object", 20),
                                    e("t1", "r4", "llm.human.input", "message", {"type": "human",
                                                                                  "content": "x"}, 21)])
@@ -190,23 +376,23 @@ def test_verify_passes_a_clean_store_and_catches_a_hole_and_a_bad_row(sqlite_url
                                                                             "content": "y"}, 22))
 
     asyncio.run(damage())
-    broken = cli(sqlite_url, "verify")
+    broken = cli(url, "verify")
     assert broken.returncode == 1
     lines = broken.stdout.splitlines()
     assert any(line.startswith("thread t1 seq 11 (run.start): content: ") for line in lines), lines
     assert "thread t1: missing seq 12 (lost writes or a deleted run)" in lines
     assert lines[-1].endswith("2 problem(s)")
-    assert cli(sqlite_url, "verify", "t2").returncode == 0
+    assert cli(url, "verify", "t2").returncode == 0
 
 
 # -- export and copy -------------------------------------------------------------------------------
-def test_export_writes_jsonl_records(sqlite_url: str, tmp_path: Path) -> None:
-    out = cli(sqlite_url, "export", "t1").stdout.splitlines()
+def test_export_writes_jsonl_records(cli: Cli, shared_url: str, tmp_path: Path) -> None:
+    out = cli(shared_url, "export", "t1").stdout.splitlines()
     records = [json.loads(line) for line in out]
     assert [r["seq"] for r in records] == list(range(1, 11))
     assert all(validate_record(r) == [] for r in records)
     target = tmp_path / "all.jsonl"
-    result = cli(sqlite_url, "export", "--output", str(target))
+    result = cli(shared_url, "export", "--output", str(target))
     assert result.returncode == 0
     assert len(target.read_text().splitlines()) == 20
     assert "exported 20 events from 2 thread(s)" in result.stderr
@@ -221,28 +407,97 @@ async def dump(url: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def test_copy_jsonl_to_sqlite_to_postgres_preserves_seq_and_is_idempotent(
-    tmp_path: Path, postgres_database_url: str
+    cli: Cli, tmp_path: Path, postgres_database_url: str
 ) -> None:
-    source = f"jsonl:///{tmp_path}/journal"
-    asyncio.run(seed(source))
-    asyncio.run(seed(source, thread="t2"))
+    source = seeded(f"jsonl:///{tmp_path}/journal")
     middle = f"sqlite:///{tmp_path}/copy.db"
     target = f"{postgres_database_url}?schema=cli_copy_{tmp_path.name[-12:].replace('-', '_')}"
     first = cli(source, "copy", middle)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.splitlines() == ["copied 20 events (20 new) and 4 run rows in 2 thread(s)"]
+    assert first.stdout == f"copied 20 events (20 new) and 4 run rows of 2 thread(s) to {middle}\n"
     second = cli("copy", middle, target)  # the ``copy SRC DST`` spelling
     assert second.returncode == 0, second.stderr
     expected = asyncio.run(dump(source))
     assert asyncio.run(dump(middle)) == expected
     assert asyncio.run(dump(target)) == expected
-    again = cli(middle, "copy", target)
-    assert again.stdout.splitlines() == ["copied 20 events (0 new) and 4 run rows in 2 thread(s)"]
+    again = cli(middle, "copy", target, "--thread", "t2")
+    assert again.stdout == f"copied 10 events (0 new) and 2 run rows of 1 thread(s) to {target}\n"
     assert asyncio.run(dump(target)) == expected
     assert cli(target, "verify").returncode == 0
 
 
-# -- tail ------------------------------------------------------------------------------------------
+def test_copy_hides_the_destination_password(cli: Cli, sqlite_url: str, postgres_database_url: str) -> None:
+    base, _, database = postgres_database_url.rpartition("/")
+    user, _, host = base.removeprefix("postgresql://").rpartition("@")
+    with_password = f"postgresql://{user}:secret@{host}/{database}?schema=cli_password"
+    done = cli(sqlite_url, "copy", with_password, "--thread", "t1")
+    assert done.returncode == 0, done.stderr
+    assert "secret" not in done.stdout
+    assert f"to postgresql://{user}:***@{host}/{database}?schema=cli_password" in done.stdout
+
+
+# -- mistakes, --help, --version, Ctrl-C -------------------------------------------------------------
+def test_user_mistakes_are_one_line_with_a_status(cli: Cli, sqlite_url: str, tmp_path: Path) -> None:
+    assert_one_line_error(cli("not-a-url", "threads"), 2, "not a store URL")
+    assert_one_line_error(cli("ftp://host/x", "threads"), 2, "unknown store URL scheme 'ftp'")
+    assert_one_line_error(cli(f"sqlite:///{tmp_path}/missing.db", "threads"), 1, "no store at")
+    assert not (tmp_path / "missing.db").exists()
+    assert_one_line_error(cli(sqlite_url, "runs", "bad/id"), 2, "thread_id")
+    assert_one_line_error(cli(sqlite_url, "show", "bad/id"), 2, "run_id")
+    unreachable = cli("postgresql://postgres@127.0.0.1:9/nothing", "threads")
+    assert_one_line_error(unreachable, 1, "postgresql://postgres@127.0.0.1:9/nothing")
+    usage = cli(sqlite_url, "events")
+    assert usage.returncode == 2
+    assert "Traceback" not in usage.stderr
+
+
+def test_help_names_every_scheme_and_version_needs_no_url(cli: Cli) -> None:
+    from importlib.metadata import version
+
+    shown = cli("--help")
+    assert shown.returncode == 0
+    for text in ("memory://", "jsonl:///dir", "jsonl:////abs/dir", "sqlite:///file.db", "sqlite:////abs/file.db",
+                 "postgresql://", "redis://host:6379/0", "relative to the current directory", "130"):
+        assert text in shown.stdout
+    assert cli("--version") == Done(0, f"run-journal {version('run-journal')}\n", "")
+
+
+@pytest.mark.parametrize("command", [["threads"], ["verify"], ["export"], ["copy", "memory://"]])
+def test_ctrl_c_anywhere_is_status_130_without_a_traceback(
+    cli: Cli, sqlite_url: str, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    async def interrupted(*_: Any, **__: Any) -> list[str]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunEventStore, "list_threads", interrupted)
+    assert cli(sqlite_url, *command) == Done(130, "", "")
+
+
+def test_help_imports_no_command_dependencies() -> None:
+    """``--help`` and ``--version`` load neither LangChain (prices), jsonschema (the contract) nor a
+    store driver: those are imported by the commands that use them."""
+    probe = ("import sys\nfrom run_journal.cli import main\n"
+             "for args in (['--help'], ['--version']):\n"
+             "    try:\n        main(args)\n    except SystemExit:\n        pass\n"
+             "heavy = ('langchain_core', 'jsonschema', 'run_journal.usage', 'run_journal.contract',\n"
+             "         'sqlalchemy', 'asyncpg', 'redis', 'run_journal.stores.sql')\n"
+             "print(sorted(name for name in heavy if name in sys.modules), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          check=True)
+    assert done.stderr == "[]\n"
+
+
+@pytest.fixture
+def sigint_reaches_children() -> Iterator[None]:
+    """A test run in the background (``pytest &``) ignores SIGINT, and so would every process it starts:
+    Ctrl-C could never stop them. A handler here (reset to the default by exec) lets it through."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def read_lines(stream: Any) -> queue.Queue[str]:
     lines: queue.Queue[str] = queue.Queue()
 
@@ -254,53 +509,64 @@ def read_lines(stream: Any) -> queue.Queue[str]:
     return lines
 
 
-@pytest.fixture
-def tail_process(sqlite_url: str) -> Iterator[subprocess.Popen[str]]:
-    process = subprocess.Popen([RUN_JOURNAL, sqlite_url, "tail", "t1", "--last", "2", "--json"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    yield process
-    if process.poll() is None:
-        process.kill()
-        process.wait(timeout=10)
+def start_tail(url: str, *args: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+    process = subprocess.Popen([RUN_JOURNAL, url, "tail", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, bufsize=1)
+    return process, read_lines(process.stdout)
 
 
-def test_tail_follows_events_written_by_another_process(
-    sqlite_url: str, tail_process: subprocess.Popen[str]
-) -> None:
-    lines = read_lines(tail_process.stdout)
-    history = [json.loads(lines.get(timeout=60))["seq"] for _ in range(2)]
-    assert history == [9, 10]
-
-    async def write() -> None:
-        async with open_store(sqlite_url) as store:
-            await store.put(**e("t1", "r9", "run.start", "trace", {"run_name": "late"}, 30))
-            await store.put(**e("t1", "r9", "run.end", "outputs", {"output": []}, 31, status="success"))
-
-    asyncio.run(write())
-    live = [json.loads(lines.get(timeout=60)) for _ in range(2)]
-    assert [(r["seq"], r["event_type"]) for r in live] == [(11, "run.start"), (12, "run.end")]
-    tail_process.send_signal(signal.SIGINT)
-    assert tail_process.wait(timeout=30) == 0
-    assert "Traceback" not in tail_process.stderr.read()  # type: ignore[union-attr]
+def stop(process: subprocess.Popen[str]) -> tuple[int, str]:
+    """Ctrl-C, then the exit status and everything printed on stderr."""
+    process.send_signal(signal.SIGINT)
+    try:
+        code = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    return code, process.stderr.read() if process.stderr else ""
 
 
-# -- mistakes and pipes ----------------------------------------------------------------------------
-def test_user_mistakes_are_one_line_with_a_status(sqlite_url: str, tmp_path: Path) -> None:
-    assert_one_line_error(cli("not-a-url", "threads"), 2, "not a store URL")
-    assert_one_line_error(cli("ftp://host/x", "threads"), 2, "unknown store URL scheme 'ftp'")
-    assert_one_line_error(cli(f"sqlite:///{tmp_path}/missing.db", "threads"), 1, "no store at")
-    assert not (tmp_path / "missing.db").exists()
-    assert_one_line_error(cli(sqlite_url, "runs", "nope"), 1, "thread 'nope' not found")
-    assert_one_line_error(cli(sqlite_url, "events", "nope"), 1, "thread 'nope' not found")
-    assert_one_line_error(cli(sqlite_url, "show", "nope"), 1, "run 'nope' not found")
-    assert_one_line_error(cli(sqlite_url, "runs", "bad/id"), 2, "thread_id")
-    unreachable = cli("postgresql://postgres@127.0.0.1:9/nothing", "threads")
-    assert_one_line_error(unreachable, 1, "postgresql://postgres@127.0.0.1:9/nothing")
-    usage = cli(sqlite_url, "events")
-    assert usage.returncode == 2
-    assert "Traceback" not in usage.stderr
+@pytest.mark.slow
+@pytest.mark.usefixtures("sigint_reaches_children")
+def test_ctrl_c_stops_tail_quietly_with_status_130(sqlite_url: str) -> None:
+    for attempt in range(10):
+        process, lines = start_tail(sqlite_url, "t1", "--last", "2", "--json")
+        assert [json.loads(lines.get(timeout=60))["seq"] for _ in range(2)] == [9, 10]
+        time.sleep(0.02 * attempt)  # interrupt at different points of the poll loop
+        assert stop(process) == (130, ""), f"attempt {attempt}"
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("sigint_reaches_children")
+def test_tail_follows_events_written_by_another_process(sqlite_url: str) -> None:
+    process, lines = start_tail(sqlite_url, "t1", "--last", "2", "--json")
+    try:
+        history = [json.loads(lines.get(timeout=60))["seq"] for _ in range(2)]
+        assert history == [9, 10]  # printed: the tail is following from seq 10 on
+
+        async def write() -> None:
+            async with open_store(sqlite_url) as store:
+                await store.put(**e("t1", "r9", "run.start", "trace", {"run_name": "late"}, 30))
+                await store.put(**e("t1", "r9", "run.end", "outputs", {"output": []}, 31, status="success"))
+
+        asyncio.run(write())
+        live = [json.loads(lines.get(timeout=60)) for _ in range(2)]
+        assert [(r["seq"], r["event_type"]) for r in live] == [(11, "run.start"), (12, "run.end")]
+    finally:
+        code, errors = stop(process)
+    assert (code, errors) == (130, "")
+
+
+@pytest.mark.slow
+def test_the_console_script_prints_its_version() -> None:
+    from importlib.metadata import version
+
+    done = spawn("--version")
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"run-journal {version('run-journal')}\n", "")
+
+
+@pytest.mark.slow
 def test_a_closed_pipe_is_not_a_traceback(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/big.db"
     many = [e("big", "r1", "llm.human.input", "message", {"type": "human", "content": "x" * 200}, i)
@@ -317,7 +583,7 @@ def test_a_closed_pipe_is_not_a_traceback(tmp_path: Path) -> None:
     assert result.stderr == ""
 
 
-def test_show_and_verify_a_journaled_langgraph_run(tmp_path: Path) -> None:
+def test_show_and_verify_a_journaled_langgraph_run(cli: Cli, tmp_path: Path) -> None:
     from langchain_core.messages import AIMessage, HumanMessage
 
     from run_journal import RunJournal
@@ -336,14 +602,16 @@ def test_show_and_verify_a_journaled_langgraph_run(tmp_path: Path) -> None:
             return journal.run_id
 
     run_id = asyncio.run(journaled())
-    shown = cli(url, "show", run_id)
+    shown = cli(url, "show", run_id[:6])
     assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(f"run {run_id}  thread lg")
     timeline = [line.split()[2] for line in shown.stdout.splitlines()[1:] if line[:2].isdigit()]
     assert timeline == ["run.start", "llm.human.input", "llm.ai.response", "tool.call", "llm.tool.result",
                         "tool.outcome", "llm.ai.response", "run.end"]
     assert "add success, 1 bytes" in shown.stdout
     assert "status success" in shown.stdout
     assert "model calls 2" in shown.stdout
+    assert run_id[:8] in cli(url, "runs", "lg").stdout.splitlines()[1].split()
     verified = cli(url, "verify")
     assert verified.returncode == 0, verified.stdout
     assert verified.stdout.strip().endswith("verified 8 events in 1 thread(s), 1 run(s): OK")
