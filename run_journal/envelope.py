@@ -134,19 +134,15 @@ class NewEvent(_Frozen):
 
     @classmethod
     def _checked_by_producer(
-        cls, thread_id: str, run_id: str, event_type: str, category: str, content: Any,
-        metadata: Mapping[str, Any] | Normalized, created_at: datetime, user_id: str | None,
+        cls, thread_id: str, run_id: str, event_type: str, category: str, content_json: str,
+        metadata_json: str, created_at: datetime, user_id: str | None,
     ) -> NewEvent:
-        """For a producer that validated its ids and names once (the journal): the payload rules,
-        caps and encoding still apply; the per-event checks do not. ``Normalized`` content and
-        metadata are written as they are (metadata must be a JSON object)."""
+        """For a producer that validated its ids and names once and encoded the payload itself (the
+        journal, through ``normalization.encode``; metadata a JSON object): the caps still apply, the
+        per-event checks do not."""
         event: NewEvent = _new_record(cls)
-        event._fill_encoded(
-            thread_id, run_id, event_type, category,
-            content.text if type(content) is Normalized else encode(content),
-            metadata.text if type(metadata) is Normalized else encode(metadata),
-            created_at, None, user_id,
-        )
+        event._fill_encoded(thread_id, run_id, event_type, category, content_json, metadata_json,
+                            created_at, None, user_id)
         return event
 
     def _fill(

@@ -6,16 +6,18 @@
   their connections to one loop.
 * **One queue.** Producers (callbacks, on any thread) append events under one lock and may leave a run
   row snapshot beside them, tagged with how many events it follows. That is all they do.
-* **One drain task** on that loop takes the head of the queue in batches (at most ``batch_size``
-  events, after at most ``flush_interval`` seconds, at once when the run ended, a batch is full or
-  someone flushes), writes it, and only then removes it from the queue. Every store call has a deadline
-  (``store_timeout``) and a failed one is retried with backoff; a retry sends the same ``event_id``s,
-  which stores ignore when they already have them. So events are stored once, in submission order,
-  whatever fails. A call past its deadline is not retried: it fails the waiting flushes at once, and
-  a fresh drain task takes over while the stuck one is left to its driver.
+* **One drain task at a time** on that loop takes the head of the queue in batches (at most
+  ``batch_size`` events, after at most ``flush_interval`` seconds, at once when the run ended, a batch
+  is full or someone flushes), writes it, and only then removes it from the queue. It runs while there
+  is something to write and ends when the queue is empty; the next wake-up starts another. Every store
+  call has a deadline (``store_timeout``) and a failed one is retried with backoff; a retry sends the
+  same ``event_id``s, which stores ignore when they already have them. So events are stored once, in
+  submission order, whatever fails. A call past its deadline is not retried: it fails the waiting
+  flushes at once, and the next flush starts a fresh drain task while the stuck one is left to its
+  driver.
 * **Flushes** are (how many events, which row, future) waiters that the drain settles once that much is
   stored. When the retry budget is spent the drain fails every waiting flush with ``JournalError`` and
-  parks, keeping everything; the next ``flush()`` / ``aclose()`` tries again.
+  stops, keeping everything; the next ``flush()`` / ``aclose()`` tries again.
 * **Backpressure.** Above ``max_pending`` queued events a producer on another thread waits for room; a
   producer on the writer's own loop cannot block it, so ``submit`` tells it to ``await room()``. Nobody
   waits on a writer that failed or made no progress for ``STALL_TIMEOUT`` seconds: the run must finish.
@@ -207,7 +209,7 @@ class EventWriter:
         if worker is not None:
             self._loop, self._loop_thread = worker.loop, worker.ident
         self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
+        self._woken = False
         self._timer: asyncio.TimerHandle | None = None
         self._room_free = asyncio.Event()
         self.bind_to_running_loop()
@@ -250,13 +252,13 @@ class EventWriter:
                 self._timer.cancel()
                 self._timer = None
             self._wake_drain()
-        elif self._timer is None and not self._wake.is_set():
+        elif self._timer is None and not self._woken:
             self._timer = loop.call_later(self.flush_interval, self._wake_drain)
 
     def _wake_drain(self) -> None:
         if self._finished:
             return
-        self._wake.set()
+        self._woken = True
         if self._task is None:
             assert self._loop is not None
             self._task = self._loop.create_task(self._drain(), name="run-journal-writer")
@@ -274,10 +276,10 @@ class EventWriter:
             if over:
                 self._counts["over_limit"] += len(items)
             urgent = urgent or over or len(self._queue) >= self.batch_size
-            if self._signalled and not urgent:
-                return False
+            poke = urgent or not self._signalled
             self._signalled = True
-        self._poke(urgent)
+        if poke:
+            self._poke(urgent)
         return over and self._wait_for_room()
 
     def _wait_for_room(self) -> bool:
@@ -424,9 +426,8 @@ class EventWriter:
             self._finished = True
         if self._timer is not None:
             self._timer.cancel()
-        self._wake.set()
         if self._task is not None and not self._task.done():
-            await self._task  # ends at once: nothing is left behind on the caller's loop
+            await self._task  # a drain still answering racing flushes: nothing is left behind
         if self._exports:
             await asyncio.wait(set(self._exports), timeout=EXPORT_WAIT)
         if self._url is not None and self._store is not None:
@@ -453,25 +454,28 @@ class EventWriter:
 
     # -- the drain task (the writer's loop) --------------------------------------------------------
     async def _drain(self) -> None:
-        while not self._finished:
-            await self._wake.wait()
-            if self._finished:
-                return
-            self._wake.clear()
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            with self._lock:
-                self._signalled = False
-            try:
-                await self._write_queue()
-            except _Exhausted:
-                pass  # every waiting flush was told; parked until the next one
-            except Exception as error:  # a writer bug: reported like a store failure, never raised
-                logger.exception("run-journal: the writer failed")
-                self._fail(error)
-            if self._settle():
-                return
+        """Runs while there is something to write: passes over the queue until nobody woke it
+        during the last one, then ends (the next wake-up starts a new task)."""
+        try:
+            while self._woken and not self._finished:
+                self._woken = False
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+                with self._lock:
+                    self._signalled = False
+                try:
+                    await self._write_queue()
+                except _Exhausted:
+                    pass  # every waiting flush was told; nothing runs until the next one
+                except Exception as error:  # a writer bug: reported like a store failure, never raised
+                    logger.exception("run-journal: the writer failed")
+                    self._fail(error)
+                if self._settle():
+                    return
+        finally:
+            if self._current():
+                self._task = None
 
     async def _write_queue(self) -> None:
         while self._failure is None and self._current():
@@ -619,18 +623,17 @@ class EventWriter:
 
     def _abandon(self, stuck: asyncio.Task[None] | None) -> None:
         """A store call has not answered within ``store_timeout``: the waiting flushes fail now and a
-        new drain task takes over (parked until the next flush). The stuck task is cancelled and
+        new drain task takes over at the next flush. The stuck task is cancelled and
         left to its driver, whose cleanup after a dead connection may hang too (with PostgreSQL's
         packets dropped, asyncpg's alone takes seconds); it touches nothing of the writer again."""
         if stuck is None or stuck is not self._task or stuck.done():
             return
-        assert self._loop is not None
         stuck.cancel()
-        self._task = self._loop.create_task(self._drain(), name="run-journal-writer")
+        self._task = None
         self._fail(StoreTimeoutError(f"the store did not answer within {self.store_timeout} s"))
 
     def _fail(self, error: BaseException, attempts: int = 1) -> None:
-        """Writing stopped: every waiting flush learns why; the drain parks until a flush."""
+        """Writing stopped: every waiting flush learns why; nothing is written until a flush."""
         with self._room:
             self._failure = error
             self._counts["failed_batches"] += 1

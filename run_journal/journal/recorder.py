@@ -476,17 +476,16 @@ class RunRecorder:
             category = EVENTS[event_type].category
         else:
             validate_event_type(event_type, category)
-        if type(content) is not Normalized:
-            content = self._clean(content)
         event = NewEvent._checked_by_producer(  # ids were checked when they were set
-            self.thread_id or "pending", self.run_id, event_type, category, content,
-            self._clean(metadata), created_at or utc_now(), self.user_id,
+            self.thread_id or "pending", self.run_id, event_type, category,
+            content.text if type(content) is Normalized else self._redacted_json(content),
+            self._redacted_json(metadata), created_at or utc_now(), self.user_id,
         )
         (self._out if self.state.started else self._held).append(event)
 
-    def _clean(self, value: Any) -> Normalized:
+    def _redacted_json(self, value: Any) -> str:
         """The one redaction pass over a payload's canonical JSON."""
-        return Normalized.from_text(redacted_text(encode(value), self.redact))
+        return redacted_text(encode(value), self.redact)
 
     def _message_payload(self, message: BaseMessage) -> Normalized:
         """A message's redacted, normalized payload, computed once per message id per run."""
