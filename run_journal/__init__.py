@@ -7,9 +7,17 @@ from run_journal import activation
 from run_journal.catalog import Category, middleware_event_type
 from run_journal.envelope import NewEvent, RunEvent
 from run_journal.runs import RunRow, RunStatus, UsageTotals, status_of
-from run_journal.stores.base import RunEventStore, StoreError
+from run_journal.stores.base import (
+    CorruptStoreError,
+    FollowError,
+    IncompatibleStoreError,
+    RunEventStore,
+    RunIdTakenError,
+    StoreClosedError,
+    StoreError,
+)
 from run_journal.stores.urls import open_store
-from run_journal.writer import JournalError, JournalStats, RetryPolicy
+from run_journal.writer import JournalError, JournalStats, RetryPolicy, StoreTimeoutError
 
 if TYPE_CHECKING:
     from run_journal.journal import RunJournal
@@ -50,6 +58,9 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Category",
+    "CorruptStoreError",
+    "FollowError",
+    "IncompatibleStoreError",
     "JournalError",
     "JournalStats",
     "JsonlRunEventStore",
@@ -59,11 +70,14 @@ __all__ = [
     "RetryPolicy",
     "RunEvent",
     "RunEventStore",
+    "RunIdTakenError",
     "RunJournal",
     "RunRow",
     "RunStatus",
     "SqlRunEventStore",
+    "StoreClosedError",
     "StoreError",
+    "StoreTimeoutError",
     "UsageTotals",
     "WorkspaceLimits",
     "WorkspaceSnapshot",
