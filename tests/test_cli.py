@@ -38,22 +38,36 @@ class Done:
 
 
 Cli = Callable[..., Done]
+DEADLINE = 60
+
+
+class Hung(BaseException):
+    """A command that should have ended did not (``tail`` of a missing thread waiting forever)."""
+
+
+def _hung(*_: Any) -> None:
+    raise Hung(f"the command was still running after {DEADLINE} s")
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+def cli(capsys: pytest.CaptureFixture[str]) -> Iterator[Cli]:
     """``run-journal ARGS...`` in this process: its exit status and what it printed."""
 
     def call(*args: str) -> Done:
         capsys.readouterr()
+        signal.alarm(DEADLINE)
         try:
             code = main(list(args))
         except SystemExit as stop:  # argparse: --help, --version, usage errors
             code = stop.code if isinstance(stop.code, int) else 0
+        finally:
+            signal.alarm(0)
         out, err = capsys.readouterr()
         return Done(code, out, err)
 
-    return call
+    previous = signal.signal(signal.SIGALRM, _hung)
+    yield call
+    signal.signal(signal.SIGALRM, previous)
 
 
 def spawn(*args: str) -> Done:
