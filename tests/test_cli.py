@@ -455,7 +455,11 @@ def test_user_mistakes_are_one_line_with_a_status(cli: Cli, sqlite_url: str, tmp
     assert_one_line_error(cli("not-a-url", "threads"), 2, "not a store URL")
     assert_one_line_error(cli("ftp://host/x", "threads"), 2, "unknown store URL scheme 'ftp'")
     assert_one_line_error(cli(f"sqlite:///{tmp_path}/missing.db", "threads"), 1, "no store at")
+    assert_one_line_error(cli(f"jsonl:///{tmp_path}/missing", "copy", sqlite_url), 1, "no store at")
+    assert_one_line_error(cli(f"sqlite:///{tmp_path}/missing.db", "reconcile", "--older-than", "1h"), 1,
+                          "no store at")
     assert not (tmp_path / "missing.db").exists()
+    assert not (tmp_path / "missing").exists()
     assert_one_line_error(cli(sqlite_url, "runs", "bad/id"), 2, "thread_id")
     assert_one_line_error(cli(sqlite_url, "show", "bad/id"), 2, "run_id")
     unreachable = cli("postgresql://postgres@127.0.0.1:9/nothing", "threads")

@@ -152,21 +152,19 @@ def _non_negative(text: str) -> int:
 
 
 # -- entry point ---------------------------------------------------------------------------------
-WRITES: Final = frozenset({"copy", "reconcile"})
-
-
-def check_location(url: str, command: str) -> None:
-    """Read commands must not create an empty SQLite file or JSONL directory by accident."""
+def check_location(url: str) -> None:
+    """No command creates an empty SQLite file or JSONL directory by accident (a mistyped path):
+    the store it works on must exist (``copy`` creates only its destination)."""
     scheme = urlsplit(url).scheme.lower().split("+", 1)[0]
     if scheme not in {"sqlite", "jsonl"} or url.split("://", 1)[1] in {"", "/"}:
         return
     path = Path(file_path_of(url.split("?", 1)[0]))
-    if str(path) not in {":memory:", ""} and not path.exists() and command not in WRITES:
+    if str(path) not in {":memory:", ""} and not path.exists():
         raise CliError(f"no store at {path} (from {url})")
 
 
 async def run(args: argparse.Namespace, out: TextIO) -> int:
-    check_location(args.url, args.command)
+    check_location(args.url)
     command: Command = args.handler
     async with open_store(args.url) as store:
         return await command(store, args, out)
