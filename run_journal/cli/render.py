@@ -146,8 +146,8 @@ def _subagent_summary(name: str, content: Any) -> str:
     return f"task {task} {_field(content, 'status')}: {outcome}"
 
 
-def usage_cell(event: RunEvent) -> str:
-    """Tokens, cost and model of one model call, when the event carries them."""
+def usage_cell(event: RunEvent, *, model: bool = True) -> str:
+    """Tokens, cost and (with ``model``) model of one model call, when the event carries them."""
     usage = event.metadata.get("usage")
     if not isinstance(usage, Mapping):
         return ""
@@ -155,15 +155,15 @@ def usage_cell(event: RunEvent) -> str:
     cost = usage.get("cost_usd", event.metadata.get("cost_usd"))
     if isinstance(cost, int | float):
         parts.append(f"${cost:.4f}")
-    model = event.metadata.get("model_name")
-    if isinstance(model, str) and model:
-        parts.append(model)
+    name = event.metadata.get("model_name")
+    if model and isinstance(name, str) and name:
+        parts.append(name)
     return " ".join(parts)
 
 
-def clock(moment: datetime, *, with_date: bool) -> str:
-    text = moment.strftime("%Y-%m-%d %H:%M:%S.%f" if with_date else "%H:%M:%S.%f")
-    return text[:-3]
+def clock(moment: datetime) -> str:
+    """``HH:MM:SS.mmm``."""
+    return moment.strftime("%H:%M:%S.%f")[:-3]
 
 
 def _type_cell(event: RunEvent, style: Style, width: int, limit: int | None = None) -> tuple[str, int]:
@@ -179,7 +179,7 @@ def _type_cell(event: RunEvent, style: Style, width: int, limit: int | None = No
 def event_line(event: RunEvent, style: Style) -> str:
     """``time  seq  event  caller  summary  [tokens]`` for one event of ``show``."""
     kind, _ = _type_cell(event, style, 18)
-    cells = [style(clock(event.created_at, with_date=False), "dim"), f"{event.seq:>6}", kind,
+    cells = [style(clock(event.created_at), "dim"), f"{event.seq:>6}", kind,
              f"{caller(event):<14}"]
     line = " ".join(cells) + " " + one_line(summary(event))
     usage = usage_cell(event)
@@ -193,24 +193,14 @@ MIN_SUMMARY: Final = 8
 
 def listing_line(event: RunEvent, style: Style, run: str | None, width: int = LINE_WIDTH) -> str:
     """``time  seq  [run]  event  caller  summary  [tokens cost]`` in ``width`` columns (the summary
-    is cut with an ellipsis; over-long event types and callers too)."""
+    is cut with an ellipsis; over-long event types and callers too; ``show`` names the model too)."""
     kind, kind_width = _type_cell(event, style, 15, 18)
-    plain = [clock(event.created_at, with_date=False), f"{event.seq:>6}",
+    plain = [clock(event.created_at), f"{event.seq:>6}",
              *([f"{run:<8}"] if run is not None else []), f"{one_line(caller(event), 14):<10}"]
-    usage = _short_usage(event)
+    usage = f"  [{cell}]" if (cell := usage_cell(event, model=False)) else ""
     room = width - sum(len(cell) + 1 for cell in plain) - kind_width - 1 - len(usage)
     cells = [style(plain[0], "dim"), *plain[1:-1], kind, plain[-1]]
     return " ".join(cells) + " " + one_line(summary(event), max(room, MIN_SUMMARY)) + usage
-
-
-def _short_usage(event: RunEvent) -> str:
-    """``  [in+out tok $cost]`` of a model call (``show`` names the model too), or ``""``."""
-    usage = event.metadata.get("usage")
-    if not isinstance(usage, Mapping):
-        return ""
-    cost = usage.get("cost_usd", event.metadata.get("cost_usd"))
-    priced = f" ${cost:.4f}" if isinstance(cost, int | float) else ""
-    return f"  [{usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} tok{priced}]"
 
 
 class DatedLines:
