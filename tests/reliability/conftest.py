@@ -1,39 +1,23 @@
-"""Fast/slow switch of the reliability suite and the helpers its modules share.
+"""The long part of the reliability suite and the helpers its modules share.
 
-Every module here is marked ``reliability``. Tests marked ``slow`` as well (20 kills per backend,
-bigger property runs) are skipped unless ``--run-slow`` is given (when ``tests/reliability`` is on
-the command line) or ``RUN_JOURNAL_SLOW=1`` is set (works from any directory).
+Every module here is marked ``reliability``. Two other marks, with two meanings:
+
+- ``soak``: the long runs (20 kills per backend, 300 hypothesis examples per backend, 8 writer processes
+  x 300 puts). Skipped unless ``--run-soak`` (old name ``--run-slow``, still accepted) is given or
+  ``RUN_JOURNAL_SLOW=1`` is set; both work from any directory (``tests/conftest.py`` registers the
+  marker and the option and does the skipping). ``bench/reliability_long.py`` runs them.
+- ``slow``: left out of the quick tier ``pytest -m "not slow"`` (worker processes, the verify CLI, waits
+  for reconnects and deadlines); plain ``pytest`` runs them. ``tests/conftest.py`` lists which (its
+  ``SLOW_MODULES`` and ``SLOW_TESTS``); every ``soak`` test is ``slow`` too.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--run-slow", action="store_true", default=False,
-        help="run the long part of the reliability suite (also: RUN_JOURNAL_SLOW=1)",
-    )
-
-
-def slow_enabled(config: pytest.Config) -> bool:
-    return bool(config.getoption("--run-slow", default=False)) or os.environ.get("RUN_JOURNAL_SLOW") == "1"
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if slow_enabled(config):
-        return
-    skip = pytest.mark.skip(reason="long reliability run: pass --run-slow or set RUN_JOURNAL_SLOW=1")
-    for item in items:
-        if "slow" in item.keywords and Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
-            item.add_marker(skip)
+from conftest import soak_enabled
 
 
 @pytest.fixture
 def long_part(request: pytest.FixtureRequest) -> bool:
-    """True when the long part runs (tests scale their repetitions with it)."""
-    return slow_enabled(request.config)
+    """True when the soak runs are on (tests can scale their repetitions with it)."""
+    return soak_enabled(request.config)

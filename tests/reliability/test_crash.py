@@ -94,7 +94,7 @@ async def test_killed_writers_lose_no_acknowledged_event(crash_url: str) -> None
     print(f"crash {crash_url.split(':')[0]}: {figures}")
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 async def test_twenty_kills_lose_no_acknowledged_event(crash_url: str) -> None:
     figures = await crash_scenario(crash_url, 20)
     print(f"crash {crash_url.split(':')[0]}: {figures}")

@@ -2,15 +2,18 @@
 
 PostgreSQL: every server connection of the test database is terminated (``pg_terminate_backend``),
 the follower's ``LISTEN`` connection and its pooled reading connection among them, three times while
-a writer keeps writing. Redis: the follower's subscription and every client connection are killed
-(``CLIENT KILL``). The follower must yield every seq exactly once, in order. When the server stays
-away (a stopped TCP proxy), ``follow`` raises ``FollowError`` after ``follow_attempts`` tries, naming
-the last seq it yielded.
+a writer keeps writing. Redis: the follower's subscription and every other connection of the test's
+two stores are killed (``CLIENT KILL ID``). The stores name their connections (redis-py's
+``client_name`` URL parameter) and only connections of that name are killed: other clients of the
+server, other test runs among them, keep theirs. The follower must yield every seq exactly once, in
+order. When the server stays away (a stopped TCP proxy), ``follow`` raises ``FollowError`` after
+``follow_attempts`` tries, naming the last seq it yielded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit, urlunsplit
 
@@ -85,21 +88,31 @@ async def test_follow_on_postgres_resumes_after_its_connections_are_terminated(
 async def test_follow_on_redis_resumes_after_its_connections_are_killed(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, redis_prefix_url: str,
 ) -> None:
-    url = backend_url("redis", request, tmp_path_factory)
+    name = f"rjtest-follow-{uuid.uuid4().hex[:12]}"  # every connection of this test's two stores
+    url = f"{backend_url('redis', request, tmp_path_factory)}&client_name={name}"
     killed: list[int] = []
+    subscriptions: list[int] = []  # of the killed connections, those subscribed (the follower's)
 
     async def cut() -> None:
         admin = aioredis.Redis.from_url(REDIS_URL)
         try:
-            count = int(await admin.client_kill_filter(_type="pubsub"))
-            count += int(await admin.client_kill_filter(_type="normal", skipme=True))
-            killed.append(count)
+            ours = [client for client in await admin.client_list() if client.get("name") == name]
+            killed.append(sum([int(await admin.client_kill_filter(_id=client["id"])) for client in ours]))
+            subscriptions.append(sum(int(client.get("sub", 0)) > 0 for client in ours))
         finally:
             await admin.aclose()
 
-    seqs = await follow_through_cuts(url, cut)
+    bystander = aioredis.Redis.from_url(REDIS_URL)  # another client of the server: must keep its connection
+    try:
+        before = await bystander.client_id()
+        seqs = await follow_through_cuts(url, cut)
+        after = await bystander.client_id()  # a killed connection would have reconnected with a new id
+    finally:
+        await bystander.aclose()
     assert seqs == list(range(1, EVENTS + 1))
     assert all(n >= 1 for n in killed), killed
+    assert subscriptions == [1] * len(CUTS), subscriptions  # the follower's subscription, every time
+    assert after == before
     print(f"follow, Redis: {EVENTS} events, {len(CUTS)} cuts ({sum(killed)} connections), "
           "0 missed, 0 repeated")
 

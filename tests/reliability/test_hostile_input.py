@@ -123,7 +123,7 @@ async def test_hostile_payload_properties(
     await write_and_check(store, ledger, content, meta)
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 @hostile_settings(300)
 @given(content=payloads, meta=metadata)
 async def test_hostile_payload_properties_long(

@@ -115,7 +115,7 @@ async def test_processes_contend_for_one_thread(sql_url: str) -> None:
     print(f"contention {sql_url.split(':')[0]}: 3 processes x 40 puts, slowest put {max(slowest):.3f}s")
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 async def test_many_processes_contend_for_one_thread(sql_url: str) -> None:
     slowest = await contention(sql_url, processes=8, puts=300)
     print(f"contention {sql_url.split(':')[0]}: 8 processes x 300 puts, slowest put {max(slowest):.3f}s")
