@@ -1,8 +1,14 @@
-"""Retention: ``store.prune`` and ``run-journal URL prune`` on every backend.
+"""Retention: ``store.prune`` and ``run-journal URL prune`` on every backend, beyond the conformance kit.
 
-Threads are made old by writing their events with a ``created_at`` 60 days back. The concurrency
-test prunes while another process (a subprocess writer; a task for the in-process memory store)
-writes to a young thread, which must keep every event at a dense seq.
+The kit (``run_journal.testing``, run by ``test_store_conformance.py``) holds prune's contract: old
+threads go whole, young and running ones stay, dry runs, the thread and moment limits, paging, the
+archive and its seqs, a repeated prune. Here: the archive as a URL, the reasons given, an archive
+completed, run ids, argument checks, writes interleaved with a prune, pruning while another process
+writes, Redis TTL and the command line.
+
+Threads are made old by writing their events with a ``created_at`` 60 days back. The concurrency test
+prunes while another process (a subprocess writer; a task for the in-process memory store) writes to a
+young thread, which must keep every event at a dense seq.
 """
 
 from __future__ import annotations
@@ -21,7 +27,6 @@ from conftest import BACKENDS, backend_url
 
 from run_journal import NewEvent, RunEvent, RunEventStore, RunRow, RunStatus, open_store
 from run_journal.cli import main
-from run_journal.stores import base
 from run_journal.stores.base import PruneResult
 from run_journal.testing import read_all
 
@@ -74,149 +79,32 @@ def outcomes(result: PruneResult) -> dict[str, str]:
     return {item.thread_id: item.outcome for item in result.threads}
 
 
-# -- the contract on every backend --------------------------------------------------------------------
-async def test_old_threads_go_whole_and_young_ones_stay(store: RunEventStore) -> None:
-    old = await write_thread(store, "old", runs=2, answers=2)
-    await write_thread(store, "old-too", runs=1)
-    young = await write_thread(store, "young", at=None)
-    result = await store.prune(older_than=MONTH)
-    assert outcomes(result) == {"old": "pruned", "old-too": "pruned"}
-    assert result.examined == 3
-    assert not result.dry_run
-    assert (result.events, result.runs) == (len(old) + 4, 3)
-    pruned = {item.thread_id: item for item in result.threads}["old"]
-    assert (pruned.events, pruned.runs, pruned.last_seq) == (10, 2, 10)
-    assert pruned.last_event_at == old[-1].created_at
-    assert await store.list_threads() == ["young"]
-    for thread_id in ("old", "old-too"):
-        assert await store.list_events(thread_id) == []
-        assert await store.list_runs(thread_id) == []
-        assert await store.count_messages(thread_id) == 0
-    assert await store.get_run("old-r0") is None
-    assert [row.thread_id for row in await store.list_runs()] == ["young", "young"]
-    assert [e.event_id for e in await read_all(store, "young")] == [e.event_id for e in young]
-    # the counter is kept: a pruned thread id used again never reuses a seq
-    assert await store.last_seq("old") == 10
-    again = await store.put(thread_id="old", run_id="new", event_type="run.start", category="trace")
-    assert again.seq == 11
-    assert await store.list_threads() == ["old", "young"]
-
-
-async def test_a_dry_run_reports_and_changes_nothing(store: RunEventStore) -> None:
-    old = await write_thread(store, "old", runs=3)
-    await write_thread(store, "young", at=None)
-    result = await store.prune(older_than=MONTH, dry_run=True)
-    assert result.dry_run
-    assert [(item.thread_id, item.outcome, item.events, item.runs) for item in result.threads] == [
-        ("old", "would_prune", len(old), 3)]
-    assert await read_all(store, "old") == old
-    assert len(await store.list_runs("old")) == 3
-
-
-async def test_running_runs_are_never_pruned(store: RunEventStore) -> None:
-    await write_thread(store, "row-running", status=RunStatus.RUNNING, runs=1)
-    # a run whose last lifecycle event is run.start, with a finished row (and one without a row)
-    await store.put_batch(run_events("started", "s1", at=OLD, terminal=None))
-    await store.put_run(RunRow(run_id="s1", thread_id="started", status=RunStatus.SUCCESS,
-                               updated_at=OLD))
-    await store.put_batch(run_events("started-no-row", "s2", at=OLD, terminal=None))
-    # pending: live when touched after the limit (a run about to start), stale before it
-    await write_thread(store, "pending-fresh", rows=False, runs=1)
-    await store.put_run(RunRow(run_id="p1", thread_id="pending-fresh", status=RunStatus.PENDING))
-    await write_thread(store, "pending-stale", rows=False, runs=1)
-    await store.put_run(RunRow(run_id="p2", thread_id="pending-stale", status=RunStatus.PENDING,
-                               updated_at=OLD))
-    result = await store.prune(older_than=MONTH)
-    assert outcomes(result) == {
-        "row-running": "running", "started": "running", "started-no-row": "running",
-        "pending-fresh": "running", "pending-stale": "pruned",
-    }
-    reasons = {item.thread_id: item.reason for item in result.kept}
-    assert reasons["started"] == "run 's1' is still running"
-    assert reasons["row-running"] == "run 'row-running-r0' is still running"
-    assert sorted(await store.list_threads()) == [
-        "pending-fresh", "row-running", "started", "started-no-row"]
-    assert await store.get_run("p2") is None
-    assert await store.get_run("p1") is not None
-
-
-async def test_events_of_runs_without_a_row_and_rows_without_events_go_too(store: RunEventStore) -> None:
-    await write_thread(store, "raw", rows=False, runs=3)
-    await store.put_batch([NewEvent(thread_id="raw", run_id=f"loose-{n}", event_type="tool.call",
-                                    category="trace", created_at=OLD) for n in range(5)])
-    await store.put_run(RunRow(run_id="no-events", thread_id="raw", status=RunStatus.ERROR,
-                               updated_at=OLD))
-    result = await store.prune(older_than=MONTH)
-    assert [(item.outcome, item.events, item.runs) for item in result.threads] == [("pruned", 17, 1)]
-    assert await store.list_events("raw") == []
-    assert await store.get_run("no-events") is None
-
-
-async def test_thread_id_and_a_moment_limit_what_is_pruned(store: RunEventStore) -> None:
-    await write_thread(store, "a")
-    await write_thread(store, "b")
-    await write_thread(store, "c", at=OLD + timedelta(days=10))
-    result = await store.prune(older_than=MONTH, thread_id="b")
-    assert (outcomes(result), result.examined) == ({"b": "pruned"}, 1)
-    assert await store.list_threads() == ["a", "c"]
-    result = await store.prune(older_than=OLD + timedelta(days=5))  # a moment: only "a" is older
-    assert outcomes(result) == {"a": "pruned"}
-    assert await store.list_threads() == ["c"]
-    assert outcomes(await store.prune(older_than=MONTH, thread_id="nobody")) == {}
-
-
-async def test_many_threads_and_events_are_paged(
-    store: RunEventStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    await store.put_batch([NewEvent(thread_id=f"t{n:03}", run_id="r", event_type="tool.call",
-                                    category="trace", created_at=OLD) for n in range(25)])
-    await write_thread(store, "young", at=None, runs=1)
-    monkeypatch.setattr(base, "PRUNE_PAGE", 4)  # small pages: the listing and the reads page often
-    result = await store.prune(older_than=MONTH)
-    assert (len(result.pruned), result.examined, result.events) == (25, 26, 25)
-    assert await store.list_threads() == ["young"]
-
-
-async def test_the_archive_keeps_seq_and_rows(
+# -- beyond the kit, on every backend ---------------------------------------------------------------------
+async def test_an_archive_given_as_a_url_is_opened_for_the_prune(
     store: RunEventStore, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     archive_url = f"jsonl:///{tmp_path_factory.mktemp('archive')}/archive"
     old = await write_thread(store, "old", runs=2, answers=3)
     rows = await store.list_runs("old")
-    await write_thread(store, "young", at=None, runs=1)
     result = await store.prune(older_than=MONTH, archive=archive_url)
     assert [(item.outcome, item.archived, item.events) for item in result.threads] == [
         ("pruned", len(old), len(old))]
     async with open_store(archive_url) as archive:
         assert await read_all(archive, "old") == old  # every field, seq included
         assert await archive.list_runs("old") == rows
-        assert await archive.list_threads() == ["old"]
-        # the thread id is used again, then pruned again: the archive continues it, seq kept
-        later = await store.put_batch(run_events("old", "later", at=OLD))
-        assert later[0].seq == len(old) + 1
-        result = await store.prune(older_than=MONTH, archive=archive)
-        assert outcomes(result) == {"old": "pruned"}
-        assert await read_all(archive, "old") == old + later
-    assert await store.list_threads() == ["young"]
+    assert await store.list_threads() == []
 
 
-async def test_an_archive_that_cannot_keep_seq_keeps_the_thread(store: RunEventStore) -> None:
+async def test_why_an_archive_could_not_keep_seq(store: RunEventStore) -> None:
     await write_thread(store, "holes", runs=3)
     await store.delete_by_run("holes", "holes-r0")  # seq 1-4 are gone: a copy would start at 1
-    await write_thread(store, "fine", runs=1)
     async with open_store("memory://") as archive:
         await archive.put(thread_id="taken", run_id="other", event_type="tool.call", category="trace")
         await write_thread(store, "taken", runs=1)
         result = await store.prune(older_than=MONTH, archive=archive)
-        assert outcomes(result) == {"holes": "not_archived", "fine": "pruned", "taken": "not_archived"}
-        reasons = {item.thread_id: item.reason for item in result.kept}
-        assert "seq 5 would be renumbered" in reasons["holes"]
-        assert "seq 1 of this thread holds another event in the archive" in reasons["taken"]
-        assert await archive.list_events("holes") == []
-        assert len(await archive.list_events("fine")) == 4
-    assert len(await store.list_events("holes")) == 8
-    assert len(await store.list_runs("holes")) == 2
-    assert sorted(await store.list_threads()) == ["holes", "taken"]
+    reasons = {item.thread_id: item.reason for item in result.kept}
+    assert "seq 5 would be renumbered" in reasons["holes"]
+    assert "seq 1 of this thread holds another event in the archive" in reasons["taken"]
 
 
 async def test_an_archive_that_stopped_half_way_is_completed(store: RunEventStore) -> None:

@@ -14,8 +14,8 @@ Each test opens one store through the factory (some open a second one and close 
 extra); ``run_journal`` never imports this package, so library users never pay for it.
 
 The tests live in one mixin per theme (``_writes``, ``_reads``, ``_runs``, ``_follow``, ``_records``,
-``_concurrency``, ``_limits``, ``_run_ids``) on top of ``_support`` (helpers, test data, the ``store``
-fixtures).
+``_concurrency``, ``_limits``, ``_run_ids``, ``_prune``) on top of ``_support`` (helpers, test data,
+the ``store`` fixtures).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ except ImportError as error:  # pragma: no cover - only hit when the dev extra i
 from run_journal.testing._concurrency import ConcurrencyTests
 from run_journal.testing._follow import FollowTests
 from run_journal.testing._limits import LimitTests
+from run_journal.testing._prune import PruneTests
 from run_journal.testing._reads import ReadTests
 from run_journal.testing._records import RecordTests
 from run_journal.testing._run_ids import RunIdTests
@@ -68,9 +69,10 @@ __all__ = [
 
 # pytest collects inherited tests base class first (reverse MRO), so the mixins are listed last theme
 # first: the tests run in the order of the themes (writes, reads, runs, follow, records, concurrency,
-# limits, run ids).
+# limits, run ids, prune).
 class RunEventStoreConformance(
-    RunIdTests, LimitTests, ConcurrencyTests, RecordTests, FollowTests, RunTests, ReadTests, WriteTests
+    PruneTests, RunIdTests, LimitTests, ConcurrencyTests, RecordTests, FollowTests, RunTests, ReadTests,
+    WriteTests,
 ):
     """The store contract as tests. Subclass it (``Test...``) and implement ``make_store``."""
 
