@@ -72,7 +72,7 @@ def mask(text: str) -> list[str]:
     text = re.sub(r"\d{4}-\d\d-\d\d", "<date>", text)
     text = re.sub(r"\d\d:\d\d:\d\d(\.\d+)?(\+00:00)?", "<time>", text)
     text = re.sub(r"\b\d+\.\d\ds\b", "<secs>", text)
-    text = re.sub(r"\b[0-9a-f]{32}\b", "<id>", text)
+    text = re.sub(r"\b[0-9a-f]{8,32}\b", "<id>", text)  # ids, and the short run ids of listings
     return [re.sub(r"\s+", " ", line).strip() for line in text.strip().splitlines()]
 
 
