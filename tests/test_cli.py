@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import backend_url
 
 from run_journal import RunEventStore, RunRow, UsageTotals, open_store
 from run_journal.cli import main
 from run_journal.contract import validate_record
-from tests.conftest import backend_url
 
 RUN_JOURNAL = str(Path(sys.executable).with_name("run-journal"))
 START = datetime(2025, 3, 1, 9, 30, tzinfo=UTC)
