@@ -601,8 +601,6 @@ class EventWriter:
             try:
                 return await self._deadline(operation())
             except Exception as error:
-                if not self._current():
-                    raise asyncio.CancelledError from error  # abandoned: it reports nothing
                 if attempt + 1 >= self.retry.attempts or isinstance(error, ValueError):
                     # a ValueError is the store refusing what it was given: asking again cannot help
                     self._fail(error, attempts=attempt + 1)
@@ -613,13 +611,22 @@ class EventWriter:
         raise AssertionError("unreachable")
 
     async def _deadline(self, call: Awaitable[T]) -> T:
-        """Await ``call`` with a watchdog: past ``store_timeout`` seconds, :meth:`_abandon`."""
+        """Await ``call`` with a watchdog: past ``store_timeout`` seconds, :meth:`_abandon`. A call
+        that comes back (answered, failed, or its driver swallowed the cancellation) to a task that
+        was abandoned meanwhile ends that task there: it writes nothing more."""
         assert self._loop is not None
         watchdog = self._loop.call_later(self.store_timeout, self._abandon, asyncio.current_task())
         try:
-            return await call
+            result = await call
+        except Exception:
+            if not self._current():
+                raise asyncio.CancelledError from None
+            raise
         finally:
             watchdog.cancel()
+        if not self._current():
+            raise asyncio.CancelledError
+        return result
 
     def _abandon(self, stuck: asyncio.Task[None] | None) -> None:
         """A store call has not answered within ``store_timeout``: the waiting flushes fail now and a

@@ -313,6 +313,24 @@ async def test_what_could_not_be_written_can_be_finished_by_hand() -> None:
     assert row.status == RunStatus.SUCCESS
 
 
+class Deaf(Gate):
+    """A driver that swallows the cancellation of a hung call and fails it late with an ordinary
+    error (as some drivers turn a cancel into a connection error)."""
+
+    def __init__(self, inner: RunEventStore) -> None:
+        super().__init__(inner)
+        self.late_answers = 0
+
+    async def _gate(self) -> None:
+        self.calls += 1
+        if self.hung:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.Event().wait()
+            await asyncio.sleep(0.3)  # once a fresh drain has taken over
+            self.late_answers += 1
+            raise ConnectionError("connection reset")
+
+
 # -- a store that never answers ----------------------------------------------------------------------
 async def test_a_store_that_never_answers_fails_the_flush_within_its_deadline(store: RunEventStore) -> None:
     gate = Gate(store)
@@ -327,3 +345,24 @@ async def test_a_store_that_never_answers_fails_the_flush_within_its_deadline(st
     gate.hung = False
     await journal.aclose()
     assert status_of(await run_events(store, thread)) == RunStatus.SUCCESS
+
+
+async def test_an_abandoned_call_that_answers_late_writes_nothing_more_and_steals_no_wake_up(
+    store: RunEventStore,
+) -> None:
+    deaf = Deaf(store)
+    thread = "deaf"
+    journal = RunJournal(deaf, thread_id=thread, retry=FAST, store_timeout=0.2)  # type: ignore[arg-type]  # a store proxy
+    deaf.hung = True
+    await one_node_graph().ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+    with pytest.raises(JournalError, match=r"did not answer within 0\.2 s"):
+        await journal.flush()
+    deaf.hung = False
+    calls = deaf.calls
+    await asyncio.wait_for(journal.aclose(), 5)  # the fresh drain writes the run's end
+    await asyncio.sleep(0.5)  # the abandoned call has failed by now
+    assert deaf.late_answers == 1
+    assert deaf.calls == calls + 1  # the fresh drain's put_run_close; the abandoned task tried nothing more
+    events = await run_events(store, thread)
+    assert status_of(events) == RunStatus.SUCCESS
+    assert [e.event_type for e in events].count("run.end") == 1
