@@ -633,3 +633,21 @@ def test_show_and_verify_a_journaled_langgraph_run(cli: Cli, tmp_path: Path) -> 
     verified = cli(url, "verify")
     assert verified.returncode == 0, verified.stdout
     assert verified.stdout.strip().endswith("verified 8 events in 1 thread(s), 1 run(s): OK")
+
+
+def test_short_ids_are_the_shortest_unique_prefixes_of_the_listing() -> None:
+    import random
+
+    from run_journal.cli.render import SHORT_ID, ShortIds
+
+    rng = random.Random(7)
+    ids = [f"{rng.choice(['run', 'w1-run0-', 'abcdef'])}{rng.getrandbits(20):05x}" for _ in range(300)]
+    short = ShortIds(ids[:200])
+    for run_id in ids:  # the last 100 arrive while the listing is shown, as in a tail
+        shown = short(run_id)
+        others = {other for other in ids if other != run_id}
+        assert run_id.startswith(shown)
+        assert len(shown) >= min(SHORT_ID, len(run_id))
+        assert len(shown) == len(run_id) or not any(o.startswith(shown) for o in ids[:200] if o != run_id)
+        assert len(shown) == SHORT_ID or any(o.startswith(shown[:-1]) for o in others)
+    assert ShortIds(ids, full=True)(ids[0]) == ids[0]

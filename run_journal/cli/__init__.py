@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     command("runs", cmd_runs, "list a thread's runs", json_flag=True, ids_flag=True).add_argument("thread")
     show = command("show", cmd_show, "a run as a timeline, then its totals")
     show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of 6 or more characters")
-    show.add_argument("--thread", help="the run's thread, when the store has no run row for it")
+    show.add_argument("--thread", help="the run's thread: to tell runs apart by prefix, or to find a run "
+                                       "that has events but no run row nor run.start")
     events = command("events", cmd_events, "a thread's events (list_events filters)", json_flag=True,
                      ids_flag=True)
     events.add_argument("thread")
@@ -160,7 +161,7 @@ def check_location(url: str) -> None:
         return
     path = Path(file_path_of(url.split("?", 1)[0]))
     if str(path) not in {":memory:", ""} and not path.exists():
-        raise CliError(f"no store at {path} (from {url})")
+        raise CliError(f"no store at {path.absolute()} (from {url})")
 
 
 async def run(args: argparse.Namespace, out: TextIO) -> int:

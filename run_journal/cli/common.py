@@ -95,19 +95,22 @@ async def resolve_run(store: RunEventStore, text: str, threads: Sequence[str] = 
     """
     validate_id("run_id", text)
     where = f" in thread {', '.join(map(repr, threads))}" if threads else ""
-    run_id, thread_id = await _resolve(store, text, threads[0] if len(threads) == 1 else None, where)
+    run_id, thread_id = await _resolve(store, text, threads, where)
     if threads and thread_id not in threads:
         raise CliError(f"run {text!r} not found{where}")
     return run_id, thread_id
 
 
-async def _resolve(store: RunEventStore, text: str, thread_id: str | None, where: str) -> tuple[str, str]:
+async def _resolve(store: RunEventStore, text: str, threads: Sequence[str], where: str) -> tuple[str, str]:
+    thread_id = threads[0] if len(threads) == 1 else None
     row = await store.get_run(text)
     if row is not None and thread_id in {None, row.thread_id}:
         return text, row.thread_id
     if thread_id is not None and await store.list_events(thread_id, text, limit=1):
         return text, thread_id  # events without a row or a run.start: only a whole id finds them
     runs = await known_runs(store, thread_id)
+    if threads:
+        runs = {run_id: owner for run_id, owner in runs.items() if owner in threads}
     if text in runs:
         return text, runs[text]
     if len(text) < MIN_PREFIX:
@@ -118,8 +121,9 @@ async def _resolve(store: RunEventStore, text: str, thread_id: str | None, where
         raise CliError(f"run {text!r} not found{where}")
     if len(matches) > 1:
         shown = ", ".join(matches[:CANDIDATES_SHOWN]) + (", ..." if len(matches) > CANDIDATES_SHOWN else "")
+        narrow = "" if threads else " or name the run's thread"
         raise CliError(f"run id prefix {text!r} is ambiguous: {len(matches)} runs match ({shown}); "
-                       "give more characters", code=2)
+                       f"give more characters{narrow}", code=2)
     return matches[0], runs[matches[0]]
 
 

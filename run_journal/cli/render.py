@@ -6,6 +6,7 @@ engineer reads at 2 a.m.) can be tested without a process. Colour only when writ
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -222,24 +223,24 @@ SHORT_ID: Final = 8
 
 class ShortIds:
     """Run ids as listings show them: the first ``SHORT_ID`` characters, more where two ids of the
-    listing (``known``, and every id shown so far) share those; the whole id with ``full``."""
+    listing (``known``, and every id shown so far) share those; the whole id with ``full``.
+
+    The ids are kept sorted: the longest prefix an id shares with any other is the one it shares with
+    a neighbour, so a listing of n runs costs n log n."""
 
     def __init__(self, known: Iterable[str] = (), *, full: bool = False) -> None:
         self.full = full
-        self._known = set(known)
-        self._shown: dict[str, str] = {}
+        self._sorted = sorted(set(known))
 
     def __call__(self, run_id: str) -> str:
         if self.full:
             return run_id
-        if run_id not in self._known:
-            self._known.add(run_id)
-            self._shown.clear()  # an id may now need more characters
-        if run_id not in self._shown:
-            length = max([SHORT_ID, *(_shared(run_id, other) + 1 for other in self._known
-                                      if other != run_id)])
-            self._shown[run_id] = run_id[:length]
-        return self._shown[run_id]
+        ids = self._sorted
+        at = bisect.bisect_left(ids, run_id)
+        if at == len(ids) or ids[at] != run_id:
+            ids.insert(at, run_id)
+        neighbours = ids[max(at - 1, 0) : at] + ids[at + 1 : at + 2]
+        return run_id[: max([SHORT_ID, *(_shared(run_id, other) + 1 for other in neighbours)])]
 
 
 def _shared(a: str, b: str) -> int:
