@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import shlex
 import shutil
 import sys
@@ -75,6 +76,8 @@ def shown(path: Path) -> str:
         text = str(path.relative_to(Path.cwd()))
     except ValueError:
         text = str(path)
+    if os.sep not in text:  # a bare name would be looked up on PATH
+        text = os.path.join(".", text)
     return shlex.quote(text)
 
 

@@ -577,6 +577,22 @@ def test_tail_follows_events_written_by_another_process(sqlite_url: str) -> None
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("sigint_reaches_children")
+def test_tail_wait_follows_a_thread_that_starts_after_it(sqlite_url: str) -> None:
+    process, lines = start_tail(sqlite_url, "fresh", "--wait", "--json")
+    try:
+        async def write() -> None:
+            async with open_store(sqlite_url) as store:
+                await store.put(**e("fresh", "f1", "run.start", "trace", {"run_name": "new"}, 40))
+
+        asyncio.run(write())
+        assert json.loads(lines.get(timeout=60))["event_type"] == "run.start"
+    finally:
+        code, errors = stop(process)
+    assert (code, errors) == (130, "")
+
+
+@pytest.mark.slow
 def test_the_console_script_prints_its_version() -> None:
     from importlib.metadata import version
 

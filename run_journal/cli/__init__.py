@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("thread")
     tail.add_argument("--last", type=_non_negative, default=10, help="events of history first")
     tail.add_argument("--after-seq", type=_non_negative, help="start after this seq instead")
+    tail.add_argument("--wait", action="store_true",
+                      help="a thread that has no event yet is waited for instead of not found")
     command("verify", cmd_verify, "check seq density and every row against the contract") \
         .add_argument("threads", nargs="*", metavar="THREAD")
     export = command("export", cmd_export, "write events as JSONL (to_dict records), or send runs as "

@@ -104,7 +104,8 @@ async def cmd_events(store: RunEventStore, args: argparse.Namespace, out: TextIO
 
 
 async def cmd_tail(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
-    await require_thread(store, args.thread)
+    if not args.wait:
+        await require_thread(store, args.thread)
     lines = await _listing(store, args, out)
     after = args.after_seq
     if after is None:
