@@ -219,67 +219,6 @@ end
 return drop_thread(P, T, B, true)
 """
 
-DELETE_RUN: Final = """
--- ARGV: prefix, thread_id, run_id. Deletes the run's events from every index and its row; the
--- counter stays, so new events continue above the highest seq ever assigned.
-local P, T, run = ARGV[1], ARGV[2], ARGV[3]
-local B = P .. 't/' .. T .. '/'
-local R = B .. 'r/' .. run .. '/'
-local seqs = redis.call('ZRANGE', R .. 'all', 0, -1)
-local users, types, emptied = {}, {}, {}
-for i = 1, #seqs, 500 do
-  local upto = math.min(i + 499, #seqs)
-  local records = redis.call('HMGET', B .. 'ev', unpack(seqs, i, upto))
-  for j = i, upto do
-    local s, record = seqs[j], records[j - i + 1]
-    redis.call('ZREM', B .. 'all', s)
-    redis.call('ZREM', B .. 'msg', s)
-    if record then
-      local e = cjson.decode(record)
-      redis.call('HDEL', B .. 'ids', e.event_id)
-      if redis.call('GET', P .. 'start/' .. run) == T .. '\\n' .. e.event_id then
-        redis.call('UNLINK', P .. 'start/' .. run) -- the run id is free again
-        redis.call('ZREM', P .. 'starts', run)
-      end
-      local shared = {B .. 'ty/' .. e.event_type}
-      types[e.event_type] = true
-      local task = type(e.metadata) == 'table' and e.metadata.task_id
-      if type(task) == 'string' then shared[#shared + 1] = B .. 'task/' .. redis.sha1hex(task) end
-      if type(e.user_id) == 'string' then
-        shared[#shared + 1] = B .. 'u/' .. e.user_id .. '/all'
-        shared[#shared + 1] = B .. 'u/' .. e.user_id .. '/msg'
-        users[e.user_id] = true
-      end
-      for _, key in ipairs(shared) do
-        redis.call('ZREM', key, s)
-        emptied[key] = true
-      end
-    end
-    redis.call('HDEL', B .. 'ev', s)
-  end
-end
-local gone = {R .. 'all', R .. 'msg'}
-for etype in pairs(types) do gone[#gone + 1] = R .. 'ty/' .. etype end
-redis.call('UNLINK', unpack(gone))
-redis.call('SREM', B .. 'keys', unpack(gone))
-for key in pairs(emptied) do
-  if redis.call('EXISTS', key) == 0 then redis.call('SREM', B .. 'keys', key) end
-end
-for user in pairs(users) do
-  if redis.call('EXISTS', B .. 'u/' .. user .. '/all') == 0 then
-    redis.call('ZREM', P .. 'u/' .. user .. '/threads', T)
-    redis.call('SREM', B .. 'users', user)
-  end
-end
-if redis.call('EXISTS', B .. 'all') == 0 then redis.call('ZREM', P .. 'threads', T) end
-if redis.call('HGET', P .. 'run/' .. run, 'thread_id') == T then
-  redis.call('UNLINK', P .. 'run/' .. run)
-  redis.call('ZREM', P .. 'runs', run)
-  redis.call('ZREM', B .. 'runs', run)
-end
-return #seqs
-"""
-
 PUT_RUN: Final = """
 -- ARGV: prefix, run_id, thread_id, status, row JSON, ttl_seconds, started_at (epoch microseconds
 -- or ''), now (epoch microseconds), terminal statuses...
@@ -309,11 +248,12 @@ end
 return false
 """
 
-PRUNE_RUN_STEP: Final = """
--- ARGV: prefix, thread_id, run_id, through_seq, limit. One step of ``prune``: deletes at most
--- ``limit`` of the run's events with seq <= through_seq (the oldest) from every index, freeing the
--- run id with its run.start; when no such event is left, the run's row too (as DELETE_RUN). The
--- counter stays. Returns the number of events deleted.
+DELETE_RUN_STEP: Final = """
+-- ARGV: prefix, thread_id, run_id, through_seq ('+inf': all), limit. One step of deleting a run
+-- (``delete_by_run``, ``prune``): deletes at most ``limit`` of the run's events with seq <= through_seq
+-- (the oldest) from every index, freeing the run id with its run.start; when no such event is left,
+-- the run's row too. The counter stays, so new events continue above the highest seq ever assigned.
+-- Returns the number of events deleted.
 local P, T, run, through, limit = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local B = P .. 't/' .. T .. '/'
 local R = B .. 'r/' .. run .. '/'

@@ -110,8 +110,7 @@ class RedisRunEventStore(RunEventStore):
         self._put_run_script = register(header("#!lua") + scripts.PUT_RUN)
         self._page_script = register(header("#!lua flags=no-writes") + scripts.PAGE)
         self._delete_thread_script = register(header("#!lua flags=allow-oom") + scripts.DELETE_THREAD)
-        self._delete_run_script = register(header("#!lua flags=allow-oom") + scripts.DELETE_RUN)
-        self._prune_run_script = register(header("#!lua flags=allow-oom") + scripts.PRUNE_RUN_STEP)
+        self._delete_run_script = register(header("#!lua flags=allow-oom") + scripts.DELETE_RUN_STEP)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisRunEventStore:
@@ -379,19 +378,21 @@ class RedisRunEventStore(RunEventStore):
         return int(await self._delete_thread_script(args=[self._prefix, thread_id]))
 
     async def _delete_run(self, thread_id: str, run_id: str) -> int:
-        return int(await self._delete_run_script(args=[self._prefix, thread_id, run_id]))
+        return await self._delete_run_through(thread_id, run_id, None)
 
     prune_step: int = 100
-    """Events one ``prune`` step deletes (one script call; ~5 ms of the server's time)."""
+    """Events one delete step removes (one script call; ~5 ms of the server's time)."""
 
-    async def _delete_run_through(self, thread_id: str, run_id: str, through_seq: int) -> int:
-        """``prune``'s delete of a run, ``prune_step`` events per script call: one DELETE_RUN of a
-        200,000-event run kept Redis busy past its script time limit, every other client answered
-        BUSY (``bench/bench_prune.py --backend redis --shape big-runs``)."""
+    async def _delete_run_through(self, thread_id: str, run_id: str, through_seq: int | None) -> int:
+        """Delete a run's events (those with seq <= ``through_seq``; all with None), ``prune_step``
+        per script call, then its row: one script for a 200,000-event run kept Redis busy past its
+        script time limit, every other client answered BUSY (``bench/bench_prune.py --backend redis
+        --shape big-runs``)."""
+        through = "+inf" if through_seq is None else through_seq
         deleted = 0
         while True:
-            step = int(await self._prune_run_script(
-                args=[self._prefix, thread_id, run_id, through_seq, self.prune_step]))
+            step = int(await self._delete_run_script(
+                args=[self._prefix, thread_id, run_id, through, self.prune_step]))
             deleted += step
             if step < self.prune_step:
                 return deleted
