@@ -25,6 +25,7 @@ from run_journal.contract import validate_record
 @pytest.fixture
 def no_blocking() -> Iterator[None]:
     """Fail on blocking I/O in the event loop while the journal runs."""
+    validate_record({})  # the test's own check loads its schema validator now, not inside the window
     with blockbuster_ctx() as detector:
         # LangGraph / LangChain import and inspect lazily; those are not the journal's I/O.
         for name in ("os.stat", "io.TextIOWrapper.read", "io.BufferedReader.read", "os.path.abspath"):

@@ -134,7 +134,7 @@ class RunJournal(BaseCallbackHandler):
         """Events (and the run row, as ``.run_row``) still waiting for the store, including events
         recorded for a run whose root never started."""
         with self._lock:
-            held = [] if self._recorder.state.started else self._recorder.held
+            held = self._recorder.held  # empty once the run started: they were written after run.start
         events, row = self._writer.unwritten()
         unwritten = UnwrittenEvents(held + events)
         unwritten.run_row = row
@@ -186,7 +186,7 @@ class RunJournal(BaseCallbackHandler):
         with self._lock:
             failed = self._callback_errors - self._reported_errors
             self._reported_errors = self._callback_errors
-            held = 0 if self._recorder.state.started else len(self._recorder.held)
+            held = len(self._recorder.held)
         if held and self._closed:
             raise JournalError(
                 f"{held} recorded event(s) were not written: the run they belong to never started "

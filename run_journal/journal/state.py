@@ -95,8 +95,6 @@ class RunState:
     error: str | None = None
     caller: str = "lead_agent"
     run_name: str | None = None
-    held: list[Any] = dataclasses.field(default_factory=list)
-    """Events recorded before ``run.start`` (NewEvent), written right after it."""
     chain_names: dict[uuid.UUID, str] = dataclasses.field(default_factory=dict)
     scopes: dict[uuid.UUID, Scope] = dataclasses.field(default_factory=dict)
     """The scope of every chain in flight (popped at its end)."""
