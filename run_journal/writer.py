@@ -286,7 +286,7 @@ class EventWriter:
         if self._on_loop_thread():
             return True
         with self._room:
-            while len(self._queue) > self.max_pending and not (self._failure or self._stalled):
+            while self.needs_room():
                 before = self._done
                 self._room.wait(STALL_TIMEOUT)
                 self._stalled = self._done == before
