@@ -64,6 +64,22 @@ def build_graph(latency: float = 0.0) -> Any:
     return graph.compile()
 
 
+def build_sync_graph() -> Any:
+    """The same turn for ``invoke``: plain functions, the model called synchronously."""
+    replies = itertools.cycle([
+        AIMessage("adding", tool_calls=[{"name": "add", "args": {"a": 1, "b": 2}, "id": "c1"}]),
+        AIMessage("the answer is 3"),
+    ])
+    model = GenericFakeChatModel(messages=replies)
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    graph.add_node("tools", ToolNode([add]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile()
+
+
 async def main(turns: int, latency: float) -> None:
     graph = build_graph(latency)
     with tempfile.TemporaryDirectory() as tmp:

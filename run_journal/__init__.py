@@ -1,9 +1,9 @@
 """run-journal: a durable, ordered, append-only record of every LangChain / LangGraph agent run."""
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
 
-from run_journal import activation
 from run_journal.catalog import Category, middleware_event_type
 from run_journal.envelope import NewEvent, RunEvent
 from run_journal.runs import RunRow, RunStatus, UsageTotals, status_of
@@ -20,7 +20,7 @@ from run_journal.stores.urls import open_store
 from run_journal.writer import JournalError, JournalStats, RetryPolicy, StoreTimeoutError
 
 if TYPE_CHECKING:
-    from run_journal.journal import RunJournal
+    from run_journal.journal import AsyncRunJournal, RunJournal
     from run_journal.stores.jsonl import JsonlRunEventStore
     from run_journal.stores.memory import MemoryRunEventStore
     from run_journal.stores.redis import RedisRunEventStore
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
+    "AsyncRunJournal": "run_journal.journal",
     "RunJournal": "run_journal.journal",
     "subagent_run_event": "run_journal.subagents",
     "wrap_subagent_stream": "run_journal.subagents",
@@ -57,6 +58,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AsyncRunJournal",
     "Category",
     "CorruptStoreError",
     "FollowError",
@@ -90,4 +92,5 @@ __all__ = [
     "wrap_subagent_stream",
 ]
 
-activation.activate_from_env()  # RUN_JOURNAL_URL: journal every run of this process
+if os.environ.get("RUN_JOURNAL_URL"):  # journal every run of this process (loads LangChain only then)
+    importlib.import_module("run_journal.activation").activate_from_env()

@@ -1,17 +1,20 @@
 """Journal every LangChain / LangGraph run of a process without touching its code.
 
-Set ``RUN_JOURNAL_URL`` (a store URL) and every root run gets a ``RunJournal``, the way
+Set ``RUN_JOURNAL_URL`` (a store URL) and every root run gets an :class:`ActivatedJournal`, the way
 ``LANGSMITH_TRACING=true`` gets a tracer: the package installs a ``.pth`` line that, only when the
 variable is set, registers a langchain-core configure hook. ``RUN_JOURNAL_USER_ID`` stamps a user on
-every run. Those journals share one store and one writer thread for the whole process, close
+every run. These journals share the process's one store for that URL and its writer thread, close
 themselves when their run ends, and are flushed at exit (:func:`flush`). A ``RunJournal`` passed in
 ``callbacks`` explicitly takes precedence: the run is not journaled twice.
+
+A store that cannot be opened (a mistyped URL, a server that is down or never answers, a read-only
+directory) never fails a run: the process logs one warning naming the variable, the URL (password
+hidden) and the cause, its runs go unjournaled, and the store is tried again at most every
+``REOPEN_INTERVAL`` seconds; opening waits at most ``OPEN_TIMEOUT`` seconds.
 """
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import logging
 import os
 import threading
@@ -19,9 +22,12 @@ import weakref
 from contextvars import ContextVar
 from typing import Any, Final, Literal
 
-from run_journal.stores.base import RunEventStore
-from run_journal.stores.urls import open_store
-from run_journal.writer import EventWriter, LoopThread
+from langchain_core.tracers.context import register_configure_hook
+
+from run_journal.journal import RunJournal
+from run_journal.writer import EventWriter, shared_store
+from run_journal.writer.loops import at_exit, running_loop
+from run_journal.writer.sources import close_shared_stores
 
 logger = logging.getLogger("run_journal")
 ENV_URL: Final = "RUN_JOURNAL_URL"
@@ -34,8 +40,61 @@ EXIT_TIMEOUT: Final = 10.0
 _journal_var: ContextVar[Any] = ContextVar("run_journal_activated", default=None)
 _lock = threading.Lock()
 _registered = False
-_shared: tuple[RunEventStore, LoopThread] | None = None
 _writers: weakref.WeakSet[EventWriter] = weakref.WeakSet()
+
+
+class _AnyJournalCounts(type(RunJournal)):  # type: ignore[misc]  # a metaclass over the handler's own
+    """LangChain adds the hook's journal to a run unless a handler already there is an instance of
+    the hook's class; every ``RunJournal`` counts, so a journal passed explicitly is never doubled."""
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, RunJournal)
+
+
+class ActivatedJournal(RunJournal, metaclass=_AnyJournalCounts):
+    """The journal ``RUN_JOURNAL_URL`` gives each root run: the process's shared store for that URL,
+    closed by itself once its run ended. While the store cannot be opened it records nothing."""
+
+    closes_when_ended = True
+
+    def __init__(self) -> None:
+        url = os.environ.get(ENV_URL, "")
+        source = shared_store(url, label=ENV_URL)
+        if running_loop() is None:
+            source.open_soon(wait=True)  # once per process, at most OPEN_TIMEOUT: see the module docstring
+        super().__init__(source, user_id=default_user_id(), pricing=default_pricing())
+        self._inert = source.unavailable()
+        if not self._inert:
+            _writers.add(self._writer)
+
+    # LangChain skips a handler whose ignore_* is true: while the store is unavailable, nothing runs.
+    @property
+    def ignore_llm(self) -> bool:
+        return self._inert
+
+    @property
+    def ignore_chain(self) -> bool:
+        return self._inert
+
+    @property
+    def ignore_agent(self) -> bool:
+        return self._inert
+
+    @property
+    def ignore_retriever(self) -> bool:
+        return self._inert
+
+    @property
+    def ignore_chat_model(self) -> bool:
+        return self._inert
+
+    @property
+    def ignore_retry(self) -> bool:
+        return self._inert
+
+    @property
+    def ignore_custom_event(self) -> bool:
+        return self._inert
 
 
 def activate_from_env() -> bool:
@@ -45,29 +104,10 @@ def activate_from_env() -> bool:
         return False
     with _lock:
         if not _registered:
-            from langchain_core.tracers.context import register_configure_hook
-
-            from run_journal.journal import RunJournal
-
-            register_configure_hook(_journal_var, True, RunJournal, ENV_URL)
+            register_configure_hook(_journal_var, True, ActivatedJournal, ENV_URL)
+            at_exit(flush)
             _registered = True
     return True
-
-
-def shared_store() -> tuple[RunEventStore, LoopThread]:
-    """The process's store from ``RUN_JOURNAL_URL``, set up on a writer thread of its own."""
-    global _shared
-    with _lock:
-        if _shared is None:
-            url = os.environ.get(ENV_URL)
-            if not url:
-                raise ValueError(f"RunJournal() without a store needs {ENV_URL} (a store URL)")
-            worker = LoopThread("run-journal-shared")
-            store = open_store(url)
-            asyncio.run_coroutine_threadsafe(store.setup(), worker.loop).result(timeout=60)
-            _shared = (store, worker)
-            atexit.register(flush)
-        return _shared
 
 
 def default_user_id() -> str | None:
@@ -79,29 +119,15 @@ def default_pricing() -> Literal[False] | None:
     return False if os.environ.get(ENV_PRICING, "").strip().lower() in {"off", "0", "false", "no"} else None
 
 
-def track(writer: EventWriter) -> None:
-    """A writer of the shared store, for :func:`flush`."""
-    _writers.add(writer)
-
-
 def flush(timeout: float = EXIT_TIMEOUT) -> None:
-    """Write what the activated journals still hold, then close the shared store. Registered to
-    run at exit; call it yourself before a process ends abruptly (``os._exit``, a killed worker)."""
-    global _shared
+    """Write what the activated journals still hold, then close the shared stores. Runs at exit;
+    call it yourself before a process ends abruptly (``os._exit``, a killed worker)."""
     for writer in list(_writers):
         try:
-            writer.close()
+            writer.close(timeout)
         except Exception:
             logger.warning("run-journal: a run could not be written at exit", exc_info=True)
-    with _lock:
-        shared, _shared = _shared, None
-    if shared is not None:
-        store, worker = shared
-        try:
-            asyncio.run_coroutine_threadsafe(store.aclose(), worker.loop).result(timeout=timeout)
-        except Exception:
-            logger.warning("run-journal: closing the store failed", exc_info=True)
-        worker.stop()
+    close_shared_stores(timeout)
 
 
-__all__ = ["ENV_PRICING", "ENV_URL", "ENV_USER_ID", "activate_from_env", "flush", "shared_store"]
+__all__ = ["ENV_PRICING", "ENV_URL", "ENV_USER_ID", "ActivatedJournal", "activate_from_env", "flush"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final, Protocol
@@ -220,3 +220,8 @@ class RunRow:
             metadata=dict(data.get("metadata") or {}),
             cost_note=data.get("cost_note"),
         )
+
+
+RowSnapshot = Callable[[], RunRow]
+"""A run row as it stood when the snapshot was taken, built only when called: a journal hands its
+writer one with each status change, and the writer builds only the one it writes."""

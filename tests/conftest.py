@@ -49,6 +49,7 @@ SLOW_MODULES: dict[str, str] = {
     "reliability/test_jsonl_damage.py": "runs the verify CLI after each damage",
     "reliability/test_orphans_and_contention.py": "SIGKILLed and racing worker processes",
     "reliability/test_rowless_runs.py": "a SIGKILLed worker, then the verify CLI",
+    "reliability/test_unavailable_store.py": "scripts in processes, connect deadlines of a silent server",
 }
 
 SLOW_TESTS: dict[str, tuple[str, ...]] = {

@@ -6,11 +6,13 @@ import asyncio
 from typing import Any
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, MessagesState, StateGraph
 
-from run_journal import JournalError, RunEventStore, RunJournal, status_of
+from run_journal import AsyncRunJournal, JournalError, RunEventStore, RunJournal, status_of
+from run_journal.stores.memory import MemoryRunEventStore
 
 
 def _two_step_graph() -> Any:
@@ -77,18 +79,7 @@ async def test_a_consumer_leaving_astream_early_cancels_the_run(store: RunEventS
     assert row.status == "cancelled"
 
 
-async def test_callbacks_on_the_event_loop_wait_for_room_when_the_store_is_slow() -> None:
-    """Backpressure for async graphs: over ``max_pending``, callbacks on the writer's loop await room
-    (LangChain awaits coroutine callbacks) instead of growing the queue without bound."""
-    from run_journal.stores.memory import MemoryRunEventStore
-
-    class SlowStore(MemoryRunEventStore):
-        async def put_batch(self, events: Any) -> Any:
-            await asyncio.sleep(0.02)
-            return await super().put_batch(events)
-
-    store = SlowStore()
-    calls = 40
+def chatty_graph(calls: int) -> Any:
     model = GenericFakeChatModel(messages=iter([AIMessage(f"reply {n}") for n in range(calls)]))
 
     async def chatty(state: MessagesState) -> dict[str, Any]:
@@ -98,21 +89,50 @@ async def test_callbacks_on_the_event_loop_wait_for_room_when_the_store_is_slow(
     graph = StateGraph(MessagesState)
     graph.add_node("chatty", chatty)
     graph.add_edge(START, "chatty")
-    journal = RunJournal(store, thread_id="slow-store", max_pending=8, batch_size=4)
+    return graph.compile()
+
+
+class SlowMemoryStore(MemoryRunEventStore):
+    async def _append(self, batch: Any) -> Any:
+        await asyncio.sleep(0.02)
+        return await super()._append(batch)
+
+
+async def test_async_journal_callbacks_wait_for_room_when_the_store_is_slow() -> None:
+    """Backpressure for async graphs: over ``max_pending``, AsyncRunJournal's callbacks await room
+    (LangChain awaits coroutine callbacks) instead of growing the queue without bound."""
+    store = SlowMemoryStore()
+    calls = 40
+    journal = AsyncRunJournal(store, thread_id="slow-store", max_pending=8, batch_size=4)
     peak = 0
-    submit = journal._writer.submit
 
-    def tracking_submit(*args: Any, **kwargs: Any) -> bool:
-        nonlocal peak
-        full = submit(*args, **kwargs)
-        peak = max(peak, journal.stats.pending)
-        return full
+    class Watching(BaseCallbackHandler):
+        def on_llm_end(self, *args: Any, **kwargs: Any) -> None:
+            nonlocal peak
+            peak = max(peak, journal.stats.pending)
 
-    journal._writer.submit = tracking_submit  # type: ignore[method-assign]  # observe the queue
-    await graph.compile().ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [journal]})
+    callbacks = [journal, Watching()]
+    await chatty_graph(calls).ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": callbacks})
     await journal.aclose()
     events = await store.list_events("slow-store", limit=1000)
     assert sum(e.event_type == "llm.ai.response" for e in events) == calls
     assert status_of(events) == "success"
     assert peak <= 8 + 2  # a callback may queue a couple of events before it waits
     assert journal.stats.over_limit <= 2 * calls // 4
+
+
+async def test_a_sync_callback_journal_on_an_event_loop_never_blocks_it_and_loses_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """RunJournal's callbacks cannot await: on an event loop, over ``max_pending``, they keep the
+    events in memory (one warning names AsyncRunJournal) and the loop is never blocked."""
+    store = SlowMemoryStore()
+    calls = 40
+    journal = RunJournal(store, thread_id="slow-sync", max_pending=8, batch_size=4)
+    with caplog.at_level("WARNING", logger="run_journal"):
+        await chatty_graph(calls).ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [journal]})
+    await journal.aclose()
+    events = await store.list_events("slow-sync", limit=1000)
+    assert sum(e.event_type == "llm.ai.response" for e in events) == calls
+    assert [r.message for r in caplog.records if "AsyncRunJournal" in r.message] != []
+    assert len([r for r in caplog.records if "AsyncRunJournal" in r.message]) == 1

@@ -17,6 +17,7 @@ from run_journal import JournalError, RetryPolicy, RunEventStore, RunJournal, op
 from run_journal.contract import validate_record
 from run_journal.envelope import RunEvent
 from run_journal.runs import RunRow, RunStatus
+from run_journal.stores.memory import MemoryRunEventStore
 
 FAST = RetryPolicy(attempts=3, initial_delay=0.001, max_delay=0.002)
 
@@ -356,3 +357,86 @@ async def test_a_flush_or_close_waiting_on_a_cancelled_flush_still_returns(
     row = await store.get_run("r")
     assert row is not None
     assert row.status == RunStatus.RUNNING
+
+
+class CountingStore:
+    """A real store behind a proxy that counts the calls the writer makes and makes each one slow."""
+
+    WRITES = ("put_batch", "put_event_if_absent", "put_run_close", "put_run")
+
+    def __init__(self, inner: RunEventStore, delay: float) -> None:
+        self.inner, self.delay, self.calls = inner, delay, 0
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.inner, name)
+        if name not in self.WRITES:
+            return attribute
+
+        async def slow(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            await asyncio.sleep(self.delay)
+            return await attribute(*args, **kwargs)
+
+        return slow
+
+
+async def test_a_run_is_one_store_call_even_when_the_store_and_the_runs_are_slow(
+    store: RunEventStore,
+) -> None:
+    """Under load runs take longer than the old 0.1 s batch timer: it must not split them."""
+    counting = CountingStore(store, delay=0.05)
+
+    def slow_graph() -> Any:
+        model = GenericFakeChatModel(messages=iter([AIMessage("thinking"), AIMessage("done")]))
+
+        async def agent(state: MessagesState) -> dict[str, Any]:
+            await asyncio.sleep(0.2)  # a model that takes its time, and a busy machine
+            return {"messages": [await model.ainvoke(state["messages"])]}
+
+        graph = StateGraph(MessagesState)
+        graph.add_node("agent", agent)
+        graph.add_edge(START, "agent")
+        return graph.compile()
+
+    journals = [RunJournal(counting, thread_id=f"one-call-{n}") for n in range(20)]  # type: ignore[arg-type]  # a proxy
+    await asyncio.gather(*(slow_graph().ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+                           for journal in journals))
+    await asyncio.gather(*(journal.aclose() for journal in journals))
+    assert counting.calls == len(journals)
+    assert {journal.stats.store_calls for journal in journals} == {1}
+    for journal in journals:
+        assert status_of(await stored(store, journal)) == RunStatus.SUCCESS
+
+
+def test_sync_journals_given_one_url_share_one_store_and_the_writer_thread(tmp_path: Any) -> None:
+    from run_journal.writer import shared_store
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    threads = 0
+    for n in range(10):
+        with RunJournal(url, thread_id=f"shared-{n}") as journal:
+            one_node_graph().invoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+        assert journal.stats.store_calls == 1
+        threads = threads or threading.active_count()  # the first journal opened the store
+    assert threading.active_count() <= threads  # no thread, connection or set-up per journal
+    source = shared_store(url)
+    first = asyncio.run(_read_back(url))
+    assert first == [f"shared-{n}" for n in range(10)]
+    assert not source.unavailable()
+
+
+async def _read_back(url: str) -> list[str]:
+    async with open_store(url) as reopened:
+        return sorted(await reopened.list_threads(), key=lambda t: int(t.rsplit("-", 1)[1]))
+
+
+def test_a_journal_collected_with_unwritten_events_warns() -> None:
+    import gc
+
+    async def start_a_run() -> None:
+        journal = RunJournal(MemoryRunEventStore(), thread_id="left", flush_interval=60)
+        journal.on_chain_start({"name": "root"}, {"messages": [HumanMessage("hi")]}, run_id=uuid.uuid4())
+
+    asyncio.run(start_a_run())  # the loop ends a minute before the batch timer: nothing was written
+    with pytest.warns(ResourceWarning, match=r"collected with 2 unwritten event"):
+        gc.collect()

@@ -11,7 +11,7 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from langgraph.types import Command
 
 from run_journal.envelope import NewEvent
-from run_journal.journal.recorder import ResumeStart, RunRecorder
+from run_journal.journal.recorder import RunRecorder
 from run_journal.redact import redact_secrets
 from run_journal.runs import RunStatus
 
@@ -119,9 +119,9 @@ def test_a_resume_without_its_origin_leaves_the_lookup_to_the_writer() -> None:
     rec = recorder()
     rec.chain_start(uuid.uuid4(), None, "graph", Command(resume="yes"), [], {})
     (start,) = rec.take()
-    assert isinstance(start, ResumeStart)
-    assert start.known_event.event_type == "run.start"
-    assert rec.resume is start
+    assert start.event_type == "run.start"
+    assert rec.resume_lookup is start  # the journal has the writer look the origin up in the store
+    assert start.content["resumed_from"] is None
 
 
 def test_producers_refuse_the_legacy_alias_and_name_the_canonical_event() -> None:

@@ -3,7 +3,7 @@
 ``payloads`` turns callback arguments into event payloads; ``state`` is the recorder's bookkeeping.
 """
 
-from run_journal.journal.handler import RunJournal, UnwrittenEvents
+from run_journal.journal.handler import AsyncRunJournal, RunJournal, UnwrittenEvents
 from run_journal.journal.recorder import RunRecorder
 
-__all__ = ["RunJournal", "RunRecorder", "UnwrittenEvents"]
+__all__ = ["AsyncRunJournal", "RunJournal", "RunRecorder", "UnwrittenEvents"]

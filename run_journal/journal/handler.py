@@ -4,7 +4,11 @@ Each callback takes the journal's lock, lets the :class:`~run_journal.journal.re
 turn it into events, and hands those (with a run-row snapshot when the status changed or
 ``row_interval`` passed) to the :class:`~run_journal.writer.EventWriter`. That is all that happens on
 the agent's thread. A callback never raises into the user's graph: a failure is logged, counted in
-``stats.callback_errors`` and reported by the next ``flush()`` / ``aclose()``.
+``stats.callback_errors`` and reported by the next ``flush()`` / ``aclose()``. Lock order: the
+journal's lock, then the writer's.
+
+``AsyncRunJournal`` is the same journal with coroutine callbacks: over ``max_pending`` queued events,
+an async graph waits for the store to catch up instead of the queue growing.
 """
 
 from __future__ import annotations
@@ -16,28 +20,32 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, ClassVar, Self
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 
-from run_journal import activation
 from run_journal.envelope import NewEvent, new_event_id, validate_id
 from run_journal.journal import payloads as p
+from run_journal.journal.exports import RunExporter, RunExports
 from run_journal.journal.recorder import RunRecorder
+from run_journal.journal.resume import ResumeStart
 from run_journal.redact import Redactor, resolve_redactor
-from run_journal.runs import RunRow
+from run_journal.runs import RowSnapshot, RunRow
 from run_journal.stores.base import RunEventStore
 from run_journal.usage import PricingOption
-from run_journal.writer import EventWriter, JournalError, JournalStats, RetryPolicy, RunExporter
+from run_journal.writer import (
+    OPEN_TIMEOUT,
+    EventWriter,
+    Item,
+    JournalError,
+    JournalStats,
+    RetryPolicy,
+    SharedStore,
+)
 
 logger = logging.getLogger("run_journal")
-
-_CALLBACKS: Final = (
-    "on_chain_start", "on_chain_end", "on_chain_error", "on_chat_model_start", "on_llm_start",
-    "on_llm_new_token", "on_llm_end", "on_llm_error", "on_tool_start", "on_tool_end", "on_tool_error",
-)
 
 
 class UnwrittenEvents(list[NewEvent]):
@@ -52,18 +60,24 @@ class RunJournal(BaseCallbackHandler):
 
     Pass it as ``config={"callbacks": [journal]}``, then make it durable with ``await
     journal.flush()`` / ``await journal.aclose()`` / ``async with journal:`` (or ``with journal:``
-    around sync code). ``store`` is a ``RunEventStore`` or a store URL (opened and closed by the
-    journal on its writer's loop, the convenient form for sync graphs); with none, the process's
-    store named by ``RUN_JOURNAL_URL`` (see ``run_journal.activation``), and the journal closes
-    itself when its run ends. Options are documented in ``docs/journal.md``.
+    around sync code). ``store`` is a ``RunEventStore`` or a store URL. A journal made in async code
+    writes on that code's event loop (a URL is opened there and closed with the journal); one made
+    anywhere else writes on the process's writer thread, where each URL names one store shared by
+    every journal of the process. A store that cannot be opened never fails the graph: the run goes
+    on and ``flush()`` / ``close()`` raise ``JournalError``. Options are documented in
+    ``docs/journal.md``.
     """
 
     run_inline = True
     raise_error = False
+    closes_when_ended: ClassVar[bool] = False
+    """The journal closes itself once its run ended (the ``RUN_JOURNAL_URL`` journals: nobody else will)."""
+    waits_for_room: ClassVar[bool] = False
+    """Callbacks on an event loop await room when the queue is full (``AsyncRunJournal``)."""
 
     def __init__(
         self,
-        store: RunEventStore | str | None = None,
+        store: RunEventStore | str | SharedStore | None = None,
         *,
         thread_id: str | None = None,
         run_id: str | None = None,
@@ -72,23 +86,21 @@ class RunJournal(BaseCallbackHandler):
         redact: Redactor | bool | None = None,
         resumed_from: str | None = None,
         batch_size: int = 200,
-        flush_interval: float = 0.1,
+        flush_interval: float = 1.0,
         row_interval: float = 2.0,
         max_pending: int = 10_000,
         retry: RetryPolicy | None = None,
         store_timeout: float = 30.0,
+        open_timeout: float = OPEN_TIMEOUT,
         middleware_events: str = "changes",
         exporters: Sequence[RunExporter] = (),
     ) -> None:
         super().__init__()
+        if store is None:
+            raise ValueError("RunJournal needs a store or a store URL (to journal every run of a process "
+                             "without one, set RUN_JOURNAL_URL: see run_journal.activation)")
         if row_interval < 0:
             raise ValueError("row_interval must be >= 0")
-        worker = None
-        self._closes_itself = store is None  # made by the RUN_JOURNAL_URL hook: nobody closes it
-        if store is None:
-            store, worker = activation.shared_store()
-            user_id = user_id or activation.default_user_id()
-            pricing = activation.default_pricing() if pricing is None else pricing
         self.run_id = validate_id("run_id", run_id) if run_id is not None else new_event_id()
         self.user_id = validate_id("user_id", user_id) if user_id is not None else None
         self._recorder = RunRecorder(
@@ -97,16 +109,19 @@ class RunJournal(BaseCallbackHandler):
             resumed_from=validate_id("resumed_from", resumed_from) if resumed_from else None,
             redact=resolve_redactor(redact), pricing=pricing, middleware_events=middleware_events,
         )
-        self._writer = EventWriter(store, batch_size=batch_size, flush_interval=flush_interval,
-                                   max_pending=max_pending, retry=retry, store_timeout=store_timeout,
-                                   worker=worker, exporters=exporters)
-        if self._closes_itself:
-            activation.track(self._writer)
+        exports = RunExports(exporters) if exporters else None
+        self._writer = EventWriter(
+            store, batch_size=batch_size, flush_interval=flush_interval, max_pending=max_pending,
+            retry=retry, store_timeout=store_timeout, open_timeout=open_timeout,
+            on_row_stored=exports.row_stored if exports else None,
+            finishers=(exports.finish,) if exports else (),
+        )
+        self._resume: ResumeStart | None = None
         self._lock = threading.Lock()
         self._row_interval = row_interval
         self._row_status: str | None = None
         self._row_at = 0.0
-        self._closed = False
+        self._closed = self._warned_full = False
         self._callback_errors = self._reported_errors = 0
 
     # -- what the journal knows ----------------------------------------------------------------------
@@ -117,7 +132,7 @@ class RunJournal(BaseCallbackHandler):
 
     @property
     def resumed_from(self) -> str | None:
-        resume = self._recorder.resume
+        resume = self._resume
         return resume.resumed_from if resume is not None else self._recorder.resumed_from
 
     @property
@@ -128,7 +143,14 @@ class RunJournal(BaseCallbackHandler):
     def run_row(self) -> RunRow | None:
         """The run row as the journal sees it now (the stored one may lag until ``flush()``)."""
         with self._lock:
-            return self._recorder.row()
+            snapshot = self._snapshot()
+        return None if snapshot is None else snapshot()
+
+    def _snapshot(self) -> RowSnapshot | None:
+        snapshot = self._recorder.snapshot()
+        if snapshot is not None and self._resume is not None:
+            return functools.partial(self._resume.patched, snapshot)
+        return snapshot
 
     def unwritten_events(self) -> UnwrittenEvents:
         """Events (and the run row, as ``.run_row``) still waiting for the store, including events
@@ -202,9 +224,13 @@ class RunJournal(BaseCallbackHandler):
     def _forward(self, *, row_due: bool = False) -> bool:
         """Hand the recorder's new events to the writer, with a row snapshot when the status changed
         or ``row_interval`` passed (rows ride with events; a flush asks for one with ``row_due``).
-        True: the queue is full and this is the writer's loop (the caller should yield)."""
+        True: the queue is full and this runs on an event loop (the caller may ``await room()``)."""
         recorder = self._recorder
-        items = recorder.take()
+        items: list[Item] = list(recorder.take())
+        lookup = recorder.resume_lookup
+        if lookup is not None and self._resume is None:
+            self._resume = ResumeStart(lookup)
+            items = [self._resume if item is lookup else item for item in items]
         if not items and not row_due:
             return False
         status = recorder.state.status
@@ -212,14 +238,14 @@ class RunJournal(BaseCallbackHandler):
         if status != self._row_status or (
             recorder.changed and (row_due or time.monotonic() - self._row_at >= self._row_interval)
         ):
-            row = recorder.snapshot()
+            row = self._snapshot()
             if row is not None:
                 self._row_status, self._row_at, recorder.changed = status, time.monotonic(), False
         if not items and row is None:
             return False
         ended = recorder.state.ended and row is not None
         full = self._writer.submit(items, row, urgent=ended)
-        if ended and self._closes_itself:
+        if ended and self.closes_when_ended:
             self._writer.close_soon()
         return full
 
@@ -232,8 +258,9 @@ class RunJournal(BaseCallbackHandler):
             self._forward()
         return result
 
-    def _callback(self, step: Callable[..., None], *args: Any) -> None:
-        """A LangChain callback: never raises; yields to the writer when the queue is full."""
+    def _callback(self, step: Callable[..., None], *args: Any) -> bool:
+        """A LangChain callback: never raises. True: the queue is over ``max_pending`` and this runs
+        on an event loop, which must not block (``AsyncRunJournal`` awaits room then)."""
         try:
             with self._lock:
                 step(*args)
@@ -241,23 +268,17 @@ class RunJournal(BaseCallbackHandler):
         except Exception:  # a journaling bug must not become the user's exception
             self._callback_errors += 1
             logger.exception("run-journal: a callback failed")
-            return
-        if full:
-            self._throttle()
+            return False
+        if full and not self.waits_for_room and not self._warned_full:
+            self._warned_full = True
+            logger.warning("run-journal: more than %d events wait for a store that falls behind; "
+                           "callbacks on an event loop do not wait for it (AsyncRunJournal does)",
+                           self._writer.max_pending)
+        return full
 
-    def _throttle(self) -> None:
-        """The queue is over ``max_pending`` and this callback ran on the writer's loop, which must
-        not block. LangChain awaits a handler method that is a coroutine function, so until there is
-        room the callbacks are shadowed on this instance by versions that await the writer."""
-        for name in _CALLBACKS:
-            self.__dict__[name] = functools.partial(self._awaiting, getattr(type(self), name))
-
-    async def _awaiting(self, callback: Callable[..., None], *args: Any, **kwargs: Any) -> None:
-        callback(self, *args, **kwargs)
+    async def room(self) -> None:
+        """Wait until the writer's queue is back under ``max_pending`` (without blocking the loop)."""
         await self._writer.room()
-        if not self._writer.needs_room():
-            for name in _CALLBACKS:
-                self.__dict__.pop(name, None)
 
     # -- recorders (any thread) ------------------------------------------------------------------------
     def record(self, event_type: str, *, content: Any = "", metadata: Mapping[str, Any] | None = None,
@@ -287,54 +308,104 @@ class RunJournal(BaseCallbackHandler):
             return False
         return bool(self._record(lambda: self._recorder.record_subagent(mapped)))
 
-    # -- LangChain callbacks ---------------------------------------------------------------------------
+    # -- LangChain callbacks (each returns whether the caller should await room(): see _callback) ------
     def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: uuid.UUID,
                        parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
-                       metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                       metadata: dict[str, Any] | None = None, **kwargs: Any) -> bool:
         name = str(kwargs.get("name") or (serialized or {}).get("name") or "chain")
-        self._callback(self._recorder.chain_start, run_id, parent_run_id, name, inputs, tags, metadata)
+        return self._callback(self._recorder.chain_start, run_id, parent_run_id, name, inputs, tags, metadata)
 
-    def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        self._callback(self._recorder.chain_end, outputs, run_id)
+    def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any) -> bool:
+        return self._callback(self._recorder.chain_end, outputs, run_id)
 
-    def on_chain_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        self._callback(self._recorder.chain_error, error, run_id)
+    def on_chain_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> bool:
+        return self._callback(self._recorder.chain_error, error, run_id)
 
     def on_chat_model_start(self, serialized: dict[str, Any] | None, messages: list[list[BaseMessage]],
                             *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
                             tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
-                            **kwargs: Any) -> None:
+                            **kwargs: Any) -> bool:
         prompt = messages[0] if messages else []
         params = kwargs.get("invocation_params")
-        self._callback(self._recorder.model_start, run_id, parent_run_id, "chat_model", prompt, tags,
-                       metadata, params)
+        return self._callback(self._recorder.model_start, run_id, parent_run_id, "chat_model", prompt, tags,
+                              metadata, params)
 
     def on_llm_start(self, serialized: dict[str, Any] | None, prompts: list[str], *, run_id: uuid.UUID,
                      parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
-                     metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                     metadata: dict[str, Any] | None = None, **kwargs: Any) -> bool:
         params = kwargs.get("invocation_params")
-        self._callback(self._recorder.model_start, run_id, parent_run_id, "llm", prompts, tags, metadata,
-                       params)
+        return self._callback(self._recorder.model_start, run_id, parent_run_id, "llm", prompts, tags,
+                              metadata, params)
 
     def on_llm_new_token(self, token: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        self._callback(self._recorder.new_token, run_id)
+        self._callback(self._recorder.new_token, run_id)  # queues nothing: never waits
 
-    def on_llm_end(self, response: LLMResult, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        self._callback(self._recorder.llm_end, response, run_id)
+    def on_llm_end(self, response: LLMResult, *, run_id: uuid.UUID, **kwargs: Any) -> bool:
+        return self._callback(self._recorder.llm_end, response, run_id)
 
-    def on_llm_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        self._callback(self._recorder.llm_error, error, run_id)
+    def on_llm_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> bool:
+        return self._callback(self._recorder.llm_error, error, run_id)
 
     def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: uuid.UUID,
                       parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
-                      metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                      metadata: dict[str, Any] | None = None, **kwargs: Any) -> bool:
         name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
         call_id = kwargs.get("tool_call_id")
-        self._callback(self._recorder.tool_start, run_id, parent_run_id, name,
-                       call_id if isinstance(call_id, str) else None, tags, kwargs.get("inputs"))
+        return self._callback(self._recorder.tool_start, run_id, parent_run_id, name,
+                              call_id if isinstance(call_id, str) else None, tags, kwargs.get("inputs"))
 
-    def on_tool_end(self, output: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        self._callback(self._recorder.tool_end, output, run_id)
+    def on_tool_end(self, output: Any, *, run_id: uuid.UUID, **kwargs: Any) -> bool:
+        return self._callback(self._recorder.tool_end, output, run_id)
 
-    def on_tool_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-        self._callback(self._recorder.tool_error, error, run_id)
+    def on_tool_error(self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any) -> bool:
+        return self._callback(self._recorder.tool_error, error, run_id)
+
+
+class AsyncRunJournal(RunJournal):
+    """A ``RunJournal`` whose callbacks are coroutines, for async graphs: when more than
+    ``max_pending`` events wait for a store that falls behind, the graph awaits room (LangChain
+    awaits coroutine callbacks) instead of the queue growing. Each callback costs about a
+    microsecond more than ``RunJournal``'s; in sync code use ``RunJournal``."""
+
+    waits_for_room = True
+
+    # Each override is a coroutine over RunJournal's callback of the same name, so LangChain awaits it.
+    async def on_chain_start(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]  # a coroutine by design
+        if super().on_chain_start(*args, **kwargs):
+            await self.room()
+
+    async def on_chain_end(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]  # a coroutine by design
+        if super().on_chain_end(*args, **kwargs):
+            await self.room()
+
+    async def on_chain_error(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]  # a coroutine by design
+        if super().on_chain_error(*args, **kwargs):
+            await self.room()
+
+    async def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]  # a coroutine by design
+        if super().on_chat_model_start(*args, **kwargs):
+            await self.room()
+
+    async def on_llm_start(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]  # a coroutine by design
+        if super().on_llm_start(*args, **kwargs):
+            await self.room()
+
+    async def on_llm_end(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]  # a coroutine by design
+        if super().on_llm_end(*args, **kwargs):
+            await self.room()
+
+    async def on_llm_error(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]  # a coroutine by design
+        if super().on_llm_error(*args, **kwargs):
+            await self.room()
+
+    async def on_tool_start(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]  # a coroutine by design
+        if super().on_tool_start(*args, **kwargs):
+            await self.room()
+
+    async def on_tool_end(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]  # a coroutine by design
+        if super().on_tool_end(*args, **kwargs):
+            await self.room()
+
+    async def on_tool_error(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]  # a coroutine by design
+        if super().on_tool_error(*args, **kwargs):
+            await self.room()

@@ -10,12 +10,11 @@ lock and hands what :meth:`take` returns to the writer. Tests drive it directly.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
@@ -36,8 +35,7 @@ from run_journal.journal import payloads as p
 from run_journal.journal.state import LlmCall, MiddlewareHook, NestedAgent, RunState, Scope, ToolRun
 from run_journal.normalization import encode
 from run_journal.redact import Redactor, redacted_text
-from run_journal.runs import TERMINAL_STATUSES, RunRow, RunStatus
-from run_journal.stores.base import RunEventStore
+from run_journal.runs import TERMINAL_STATUSES, RowSnapshot, RunRow, RunStatus
 from run_journal.usage import (
     PricingOption,
     RunTally,
@@ -53,47 +51,6 @@ CANCELLED: Final = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 a ``stream()`` / ``astream()`` early (the generator is closed)."""
 
 
-class ResumeStart:
-    """``run.start`` of a ``Command(resume=...)`` run whose origin was not given: the writer looks up
-    the thread's latest interrupted run in the store, in queue order, and builds the event then."""
-
-    def __init__(self, template: NewEvent) -> None:
-        self.template = template
-        self.resumed_from: str | None = None
-        self._event: NewEvent | None = None
-
-    @property
-    def known_event(self) -> NewEvent:
-        """The event as it stands (without its origin until it is resolved)."""
-        return self._event or self.template
-
-    def patch_row(self, row: RunRow) -> RunRow:
-        if row.resumed_from is None and self.resumed_from is not None:
-            return dataclasses.replace(row, resumed_from=self.resumed_from)
-        return row
-
-    async def resolve(self, store: RunEventStore) -> NewEvent:
-        if self._event is None:
-            t = self.template
-            try:
-                runs = await store.list_runs(t.thread_id, statuses=[RunStatus.INTERRUPTED.value])
-                earlier = [run.run_id for run in runs if run.run_id != t.run_id]
-                self.resumed_from = earlier[-1] if earlier else None
-            except Exception:  # an unknown origin must not hold the run's events back
-                logger.warning("run-journal: could not look up the interrupted run", exc_info=True)
-            content = t.content
-            metadata = t.metadata
-            assert isinstance(content, dict)  # run.start's content is built below as a dict
-            self._event = NewEvent(
-                thread_id=t.thread_id, run_id=t.run_id, event_type=t.event_type, category=t.category,
-                content={**content, "resumed_from": self.resumed_from},
-                metadata={**metadata, "resumed_from": self.resumed_from},
-                created_at=t.created_at, event_id=t.event_id, user_id=t.user_id,
-            )
-        return self._event
-
-
-Output = NewEvent | ResumeStart
 MIDDLEWARE_EVENT_MODES: Final = ("changes", "all", "off")
 GENERIC_CHAIN_NAMES: Final = frozenset(
     {"LangGraph", "RunnableSequence", "RunnableLambda", "RunnableParallel"})
@@ -120,14 +77,15 @@ class RunRecorder:
         self.tally = RunTally(pricing=pricing)
         self.changed = False
         """Something the run row shows changed since the last :meth:`row` snapshot."""
-        self._out: list[Output] = []
+        self._out: list[NewEvent] = []
         self._held: list[NewEvent] = []
         self._payloads: dict[str, tuple[BaseMessage, Normalized]] = {}
-        self.resume: ResumeStart | None = None
-        """Set when the run is a resume whose origin the writer looks up."""
+        self.resume_lookup: NewEvent | None = None
+        """The ``run.start`` of a resumed run whose origin was not given: the store knows it (the
+        journal has the writer look it up, see ``journal/resume.py``)."""
 
     # -- output ------------------------------------------------------------------------------------
-    def take(self) -> list[Output]:
+    def take(self) -> list[NewEvent]:
         """The events produced since the last call, in run order."""
         out = self._out
         if out:
@@ -151,7 +109,7 @@ class RunRecorder:
             return None
         terminal = state.status in TERMINAL_STATUSES
         return functools.partial(
-            _build_row, self.tally.copy(), self.resume, run_id=self.run_id, thread_id=self.thread_id,
+            _build_row, self.tally.copy(), run_id=self.run_id, thread_id=self.thread_id,
             user_id=self.user_id, status=state.status, started_at=state.started_at,
             ended_at=state.ended_at if terminal else None, resumed_from=self.resumed_from,
             error=state.error if terminal else None,
@@ -527,10 +485,7 @@ class RunRecorder:
                 "resumed_from": self.resumed_from}
         self._emit("run.start", content, meta, created_at=state.started_at)
         if resuming and self.resumed_from is None:
-            start = self._out.pop()
-            assert isinstance(start, NewEvent)
-            self.resume = ResumeStart(start)
-            self._out.append(self.resume)
+            self.resume_lookup = self._out[-1]
         for event in self._held:
             self._out.append(_moved(event, self.thread_id))
         self._held = []
@@ -664,12 +619,8 @@ class RunRecorder:
             self._terminal("run.error", RunStatus.ERROR, content, error=str(content["message"]))
 
 
-RowSnapshot = Callable[[], RunRow]
-
-
-def _build_row(tally: RunTally, resume: ResumeStart | None, **fields: Any) -> RunRow:
-    row = RunRow(**fields, **tally.row_fields())
-    return resume.patch_row(row) if resume is not None else row
+def _build_row(tally: RunTally, **fields: Any) -> RunRow:
+    return RunRow(**fields, **tally.row_fields())
 
 
 def _moved(event: NewEvent, thread_id: str | None) -> NewEvent:

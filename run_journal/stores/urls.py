@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 from typing import Final
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from run_journal.stores.base import RunEventStore
 
@@ -57,3 +57,21 @@ def open_store(url: str, **options: object) -> RunEventStore:
         ) from error
     store: RunEventStore = getattr(module, class_name).from_url(url, **options)
     return store
+
+
+def display_url(url: str) -> str:
+    """The URL as it may be printed or logged: its password replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{parts.port}" if parts.port is not None else ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+    except ValueError:  # not parseable (a bad port): hide everything between '://' and '@'
+        scheme, sep, rest = url.partition("://")
+        _, at, host = rest.rpartition("@")
+        return f"{scheme}{sep}***@{host}" if at else url
