@@ -79,6 +79,9 @@ EVENTS: Final = _define(
     EventDefinition("tool.outcome", Category.TRACE, "RunJournal: on_tool_end / on_tool_error / run end",
                     "How a tool call ended: success, error or missing (after every retry); size and hash "
                     "of the result."),
+    EventDefinition("agent.handoff", Category.TRACE,
+                    "RunJournal: a named agent graph takes the turn from another",
+                    "The turn passed from one agent to another (a supervisor and its workers, a swarm)."),
     EventDefinition("context:memory", Category.CONTEXT, "RunJournal.record_memory_context()",
                     "The sha256 of the hidden memory context the run used, never the text."),
     EventDefinition("subagent.start", Category.SUBAGENT,

@@ -63,7 +63,8 @@ class HistoryPage:
 
 
 def caller_of(event: RunEvent) -> str:
-    """``metadata.caller`` (``lead_agent``, ``subagent:<name>``, ``middleware:<name>``) or ``""``."""
+    """``metadata.caller`` (``lead_agent``, ``agent:<name>``, ``subagent:<name>``,
+    ``middleware:<name>``) or ``""``."""
     caller = event.metadata.get("caller")
     return caller if isinstance(caller, str) else ""
 
@@ -72,10 +73,12 @@ def is_visible_message(event: RunEvent, hidden_run_ids: Collection[str] = ()) ->
     """Whether a message row belongs in the thread a user sees.
 
     Hidden: middleware model calls, subagent AI responses (their steps live in subtask cards, but the
-    parent's task tool message stays so a card can restore its terminal status), and rows of runs the
-    caller marks superseded (a regenerated answer replaces the old run).
+    parent's task tool message stays so a card can restore its terminal status), the routing between
+    agents (a handoff tool call without text and its result: ``metadata.handoff``), and rows of runs
+    the caller marks superseded (a regenerated answer replaces the old run). The replies of every
+    agent (``lead_agent``, ``agent:<name>``) stay.
     """
-    if event.category != "message" or event.run_id in hidden_run_ids:
+    if event.category != "message" or event.run_id in hidden_run_ids or event.metadata.get("handoff"):
         return False
     caller = caller_of(event)
     if caller.startswith(MIDDLEWARE_PREFIX):

@@ -85,6 +85,8 @@ def test_the_catalog_holds_the_specified_events() -> None:
         "subagent.end": "subagent", "workspace_changes": "workspace",
         # the names that close the specification's known gaps
         "tool.call": "trace", "tool.outcome": "trace", "run.interrupt": "outputs", "run.cancel": "error",
+        # multi-agent runs: which agent handed the turn to which
+        "agent.handoff": "trace",
     }
     assert {name: entry.category.value for name, entry in catalog.EVENTS.items()} == specified
     assert catalog.MIDDLEWARE_EVENT.category is Category.MIDDLEWARE

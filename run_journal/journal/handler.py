@@ -352,7 +352,8 @@ class RunJournal(BaseCallbackHandler):
         name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
         call_id = kwargs.get("tool_call_id")
         return self._callback(self._recorder.tool_start, run_id, parent_run_id, name,
-                              call_id if isinstance(call_id, str) else None, tags, kwargs.get("inputs"))
+                              call_id if isinstance(call_id, str) else None, tags, kwargs.get("inputs"),
+                              metadata)
 
     def on_tool_end(self, output: Any, *, run_id: uuid.UUID, **kwargs: Any) -> bool:
         return self._callback(self._recorder.tool_end, output, run_id)

@@ -20,6 +20,15 @@ from run_journal.normalization import encode, encode_value
 from run_journal.redact import Redactor, redact_json_text, redacted_text
 
 LEAD_AGENT: Final = "lead_agent"
+AGENT_PREFIX: Final = "agent:"
+"""The caller of a named agent graph running as a graph node: ``agent:<name>`` (a supervisor's
+worker, a swarm's agent), beside ``subagent:<name>`` (an agent run as a tool call: a task)."""
+CALLER_PREFIXES: Final = ("subagent:", "middleware:", AGENT_PREFIX)
+"""Tags naming a caller explicitly (``RunnableConfig(tags=["subagent:researcher"])``)."""
+HANDOFF_DESTINATION: Final = "__handoff_destination"
+"""Tool metadata of langgraph-supervisor's and langgraph-swarm's handoff tools: the agent it goes to."""
+HANDOFF_TOOL_PREFIXES: Final = ("transfer_to_", "transfer_back_to_")
+"""How those libraries name their handoff tools by default."""
 ARGS_PREVIEW_LIMIT: Final = 2000
 """Characters of a tool call's (redacted) JSON arguments kept in ``tool.call``."""
 ERROR_TEXT_LIMIT: Final = 2000
@@ -43,7 +52,7 @@ def explicit_caller(tags: Sequence[str] | None) -> str | None:
     """The attribution a run's (inherited) tags name, if any: the innermost wins, as LangChain
     appends a child's own tags after inherited ones."""
     for tag in reversed(tags or ()):
-        if isinstance(tag, str) and (tag.startswith(("subagent:", "middleware:")) or tag == LEAD_AGENT):
+        if isinstance(tag, str) and (tag.startswith(CALLER_PREFIXES) or tag == LEAD_AGENT):
             return tag
     return None
 

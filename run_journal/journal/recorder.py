@@ -10,6 +10,7 @@ lock and hands what :meth:`take` returns to the writer. Tests drive it directly.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -187,9 +188,12 @@ class RunRecorder:
     def _scope_of(self, run_id: uuid.UUID, parent_run_id: uuid.UUID, name: str, node: Any,
                   metadata: Mapping[str, Any]) -> Scope:
         """A chain's scope: its parent's, or a new nested agent when it runs inside a tool call, or a
-        middleware hook when it is a ``create_agent`` hook's own node."""
+        named agent graph when it starts one as a graph node, or a middleware hook when it is a
+        ``create_agent`` hook's own node."""
         state = self.state
         tool = state.tool_runs.get(parent_run_id)
+        namespace = metadata.get("checkpoint_ns")
+        namespace = namespace if isinstance(namespace, str) and namespace else None
         if tool is not None:
             args = tool.args if isinstance(tool.args, Mapping) else {}
             agent = metadata.get("lc_agent_name") or args.get("subagent_type")
@@ -198,13 +202,60 @@ class RunRecorder:
             description = args.get("description")
             nested = NestedAgent(run_id, tool.call_id, agent[:ID_MAX_LENGTH],
                                  description if isinstance(description, str) else "")
-            scope = Scope(tool.caller, nested)
+            scope = Scope(tool.caller, nested, namespace=namespace)
         else:
             scope = state.scopes.get(parent_run_id) or Scope(state.caller)
+            if parent_run_id == state.root and isinstance(node, str):
+                self._note_entry(node)
+            if namespace != scope.namespace:  # a graph running inside a node of another
+                scope = self._graph_scope(scope, name, node, namespace, metadata)
         hook = p.middleware_node(name) if node == name else None
         if hook is not None:
-            scope = Scope(scope.caller, scope.nested, MiddlewareHook(run_id, *hook))
+            scope = dataclasses.replace(scope, hook=MiddlewareHook(run_id, *hook))
         return scope
+
+    def _note_entry(self, node: str) -> None:
+        """A node of the run's own graph started: the first one is its entry, unless the graph chose
+        it with a router at its start (``__start__`` ran a branch: a swarm's active-agent router)."""
+        state = self.state
+        if node == "__start__":
+            state.routed_entry = state.routed_entry or state.entry_node is None
+        elif state.entry_node is None:
+            state.entry_node = node
+
+    def _graph_scope(self, outer: Scope, name: str, node: Any, namespace: str | None,
+                     metadata: Mapping[str, Any]) -> Scope:
+        """The scope of a graph that runs as a node (or inside a node) of another. A named graph is
+        an agent, and its calls are its own (``agent:<name>``), except the one the run's graph
+        started with when it did not route: a supervisor, whose calls stay the lead agent's."""
+        state = self.state
+        named = metadata.get("lc_agent_name")
+        agent = named if isinstance(named, str) and named else name
+        if agent in GENERIC_CHAIN_NAMES:
+            return dataclasses.replace(outer, namespace=namespace)  # an unnamed subgraph: no agent
+        agent = agent[:ID_MAX_LENGTH]
+        top_level = outer.agent is None and outer.nested is None
+        lead = top_level and not state.routed_entry and (
+            agent == state.lead_agent_name or (state.lead_agent_name is None and node == state.entry_node))
+        if lead:
+            state.lead_agent_name = agent
+        caller = outer.caller if lead else f"{p.AGENT_PREFIX}{agent}"
+        return Scope(caller, outer.nested, outer.hook, namespace, agent)
+
+    def _handoff(self, caller: str, scope: Scope | None) -> None:
+        """``agent.handoff`` when a model call's agent (``lead_agent`` or ``agent:<name>``) is not
+        the previous call's: the turn passed from one agent to the other."""
+        state = self.state
+        if caller != p.LEAD_AGENT and not caller.startswith(p.AGENT_PREFIX):
+            return
+        previous, state.active_agent = state.active_agent, caller
+        if previous is None or previous == caller:
+            return
+        via, state.pending_handoff = state.pending_handoff, None
+        agent = scope.agent if scope is not None and scope.agent is not None else state.lead_agent_name
+        call_id = via[0] if via is not None and via[1] == agent else None
+        self._emit("agent.handoff", {"from_agent": previous, "to_agent": caller, "tool_call_id": call_id},
+                   {"caller": caller, "tool_call_id": call_id})
 
     # -- models ------------------------------------------------------------------------------------
     def model_start(self, run_id: uuid.UUID, parent_run_id: uuid.UUID | None, kind: str, inputs: Any,
@@ -220,6 +271,7 @@ class RunRecorder:
         if task is not None and task.task_id is None:
             self._start_task(task)
         caller = p.explicit_caller(tags) or (scope.attributed if scope is not None else state.caller)
+        self._handoff(caller, scope)
         params = params or {}
         model = params.get("model_name") or params.get("model") or (metadata or {}).get("ls_model_name")
         step_of = task if scope is not None and scope.hook is None else None
@@ -256,10 +308,17 @@ class RunRecorder:
 
     # -- tools -------------------------------------------------------------------------------------
     def tool_start(self, run_id: uuid.UUID, parent_run_id: uuid.UUID | None, name: str,
-                   call_id: str | None, tags: list[str] | None, args: Any = None) -> None:
+                   call_id: str | None, tags: list[str] | None, args: Any = None,
+                   metadata: Mapping[str, Any] | None = None) -> None:
         state = self.state
         if not state.started or state.ended:
             return
+        destination = (metadata or {}).get(p.HANDOFF_DESTINATION)
+        if isinstance(destination, str) and destination:  # a handoff tool (langgraph-supervisor, -swarm)
+            state.handoff_tools.add(name)
+            if call_id is not None:
+                state.handoff_calls.add(call_id)
+                state.pending_handoff = (call_id, destination)
         scope = state.scopes.get(parent_run_id) if parent_run_id is not None else None
         caller = p.explicit_caller(tags) or (scope.attributed if scope is not None else state.caller)
         task = scope.nested if scope is not None and scope.hook is None else None
@@ -517,10 +576,14 @@ class RunRecorder:
         }
         self.tally.messages += 1
         self.changed = True
-        if call.caller == p.LEAD_AGENT and (text := p.message_text(message)):
+        text = p.message_text(message)
+        if text and (call.caller == p.LEAD_AGENT or call.caller.startswith(p.AGENT_PREFIX)):
             self.tally.last_ai = cap_text(text)
+        tool_calls = getattr(message, "tool_calls", None) or []
+        if tool_calls and not text and all(self._is_handoff(c.get("name")) for c in tool_calls):
+            meta["handoff"] = True  # routing between agents, not a reply: out of thread history
         self._emit("llm.ai.response", self._message_payload(message), meta)
-        for tool_call in getattr(message, "tool_calls", None) or []:
+        for tool_call in tool_calls:
             call_id = tool_call.get("id")
             if not isinstance(call_id, str) or not call_id:
                 continue
@@ -553,7 +616,15 @@ class RunRecorder:
         self.tally.messages += 1
         meta = {"caller": caller, "tool_call_id": call_id, "tool_name": message.name or tool_name,
                 "status": message.status}
+        if call_id in state.handoff_calls or self._is_handoff(message.name or tool_name):
+            meta["handoff"] = True
         self._emit("llm.tool.result", self._message_payload(message), meta)
+
+    def _is_handoff(self, tool_name: Any) -> bool:
+        """A tool that hands the turn to another agent: one seen with ``__handoff_destination``
+        metadata, or named as langgraph-supervisor's and langgraph-swarm's handoff tools are."""
+        return isinstance(tool_name, str) and (
+            tool_name in self.state.handoff_tools or tool_name.startswith(p.HANDOFF_TOOL_PREFIXES))
 
     def _outcome(self, call_id: str, name: str, caller: str, outcome: str, tool: ToolRun | None,
                  **extra: Any) -> None:

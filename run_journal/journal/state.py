@@ -44,11 +44,16 @@ class MiddlewareHook:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Scope:
     """Whom a callback run works for, handed down the callback tree to its children: the innermost
-    middleware hook or active nested agent wins, else the caller its tags or its root gave it."""
+    middleware hook or active nested agent wins, else the caller its tags, its agent or its root
+    gave it."""
 
     caller: str
     nested: NestedAgent | None = None
     hook: MiddlewareHook | None = None
+    namespace: str | None = None
+    """LangGraph's ``checkpoint_ns`` of the graph the run belongs to (None: the run's own graph)."""
+    agent: str | None = None
+    """The innermost named agent graph the run belongs to (a supervisor worker, a swarm agent)."""
 
     @property
     def attributed(self) -> str:
@@ -123,6 +128,20 @@ class RunState:
     """Tasks journaled from the callback tree: their model calls are counted as they happen, and
     ``task_*`` chunks for them (a stream wrapper around the same run) are not journaled again."""
     memory_recorded: bool = False
+    entry_node: str | None = None
+    """The first node the run's own graph ran."""
+    routed_entry: bool = False
+    """The graph chose its first node at its start (``__start__`` ran a router, as a swarm does)."""
+    lead_agent_name: str | None = None
+    """The named agent the graph started with, if it did not route: its calls are the lead's."""
+    active_agent: str | None = None
+    """The caller of the agent holding the turn, for ``agent.handoff``."""
+    handoff_tools: set[str] = dataclasses.field(default_factory=set)
+    """Tools that hand off to another agent (``__handoff_destination`` in their metadata)."""
+    pending_handoff: tuple[str, str] | None = None
+    """(tool call id, destination) of the last handoff tool that ran."""
+    handoff_calls: set[str] = dataclasses.field(default_factory=set)
+    """Tool call ids of handoffs: their results are routing, not conversation."""
 
     def next_llm_index(self) -> int:
         index = self.llm_index
