@@ -287,7 +287,7 @@ class PriceDatabase:
             return None, found
         try:
             price = found.model.get_prices(at or datetime.now(UTC))
-            rates = self._rates_of(price)
+            rates = self.compiled(price)
             if rates is not None:
                 return rates.cost(usage, calls), None
             return float(price.calc_price(self.usage_of(usage, calls))["total_price"]) * calls, None
@@ -318,7 +318,7 @@ class PriceDatabase:
         )
 
     # -- compiled rates ------------------------------------------------------------------------------
-    def _rates_of(self, price: Any) -> Rates | None:
+    def compiled(self, price: Any) -> Rates | None:
         """The compiled rates of one price object (None: use the database's calculation)."""
         cached = self._compiled.get(id(price))
         if cached is not None and cached[0] is price:
