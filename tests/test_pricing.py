@@ -97,8 +97,9 @@ def test_one_hour_cache_writes_are_priced_at_their_own_rate() -> None:
     """Claude Sonnet 4.5: $3.75 per million for a five-minute write, $6 for a one-hour write."""
     five = TokenUsage(20_000, 1_000, 21_000, cache_creation_tokens=10_000)
     hour = TokenUsage(20_000, 1_000, 21_000, cache_creation_tokens=10_000, cache_creation_1h_tokens=10_000)
-    assert cost_of(five, "claude-sonnet-4-5") == pytest.approx((10_000 * 3 + 10_000 * 3.75 + 1_000 * 15) / 1e6)
-    assert cost_of(hour, "claude-sonnet-4-5") == pytest.approx((10_000 * 3 + 10_000 * 6 + 1_000 * 15) / 1e6)
+    sonnet = "claude-sonnet-4-5"
+    assert cost_of(five, sonnet) == pytest.approx((10_000 * 3 + 10_000 * 3.75 + 1_000 * 15) / 1e6)
+    assert cost_of(hour, sonnet) == pytest.approx((10_000 * 3 + 10_000 * 6 + 1_000 * 15) / 1e6)
     table = {"mine": {"input": 1.0, "output": 1.0, "cache_write": 2.0, "cache_write_1h": 4.0}}
     assert cost_of(hour, "mine", table) == pytest.approx((10_000 * 1 + 10_000 * 4 + 1_000 * 1) / 1e6)
     assert cost_of(hour, "mine", {"mine": {"input": 1.0, "output": 1.0, "cache_write": 2.0}}) == \
@@ -175,8 +176,8 @@ def test_the_compiled_rates_agree_with_the_database_on_every_price_with_special_
             assert rates.cost(usage) == pytest.approx(expected, rel=1e-9, abs=1e-15), (name, usage)
 
 
-@pytest.mark.parametrize("model", ["claude-sonnet-4-5", "claude-opus-4-1", "gemini-2.5-pro", "gemini-2.5-flash",
-                                   "gpt-realtime", "gpt-5", "deepseek-reasoner"])
+@pytest.mark.parametrize("model", ["claude-sonnet-4-5", "claude-opus-4-1", "gemini-2.5-pro",
+                                   "gemini-2.5-flash", "gpt-realtime", "gpt-5", "deepseek-reasoner"])
 def test_every_token_kind_is_priced_as_the_database_prices_it(model: str) -> None:
     for usage in EVERY_KIND:
         expected = float(calc_price(database_usage(usage), model).total_price)

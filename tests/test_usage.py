@@ -103,7 +103,8 @@ def test_cache_writes_reported_by_lifetime_are_counted() -> None:
     assert streamed is not None
     assert (plain.cache_creation_tokens, plain.cache_creation_1h_tokens) == (2_000, 800)
     assert (streamed.cache_creation_tokens, streamed.cache_creation_1h_tokens) == (2_000, 0)
-    assert (plain.input_tokens, plain.cache_read_tokens) == (streamed.input_tokens, streamed.cache_read_tokens)
+    assert plain.input_tokens == streamed.input_tokens
+    assert plain.cache_read_tokens == streamed.cache_read_tokens
     both = {**ANTHROPIC_PLAIN, "input_token_details": {**ANTHROPIC_PLAIN["input_token_details"],  # type: ignore[dict-item]
                                                        "cache_creation": 2_000}}
     found = extract_usage(chat(both))  # a total beside its split is not counted twice
