@@ -152,20 +152,30 @@ class Rates:
 
     def cost(self, usage: TokenCounts, calls: int = 1) -> float:
         """The cost of ``calls`` calls whose tokens add up to ``usage``, priced as that many average
-        calls (a tier is chosen by the average call's input)."""
-        leaves = Leaves.of(usage)
-        total = leaves.total_input / calls if calls > 1 else leaves.total_input
-        return (
-            self.per_request * calls
-            + leaves.plain_input * self.input.at(total)
-            + leaves.cache_read * self.cache_read.at(total)
-            + leaves.cache_write_5m * self.cache_write.at(total)
-            + leaves.cache_write_1h * (self.cache_write_1h or self.cache_write).at(total)
-            + leaves.audio_input * (self.input_audio or self.input).at(total)
-            + leaves.plain_output * self.output.at(total)
-            + leaves.reasoning * self.reasoning.at(total)
-            + leaves.audio_output * (self.output_audio or self.output).at(total)
-        )
+        calls (a tier is chosen by the average call's input). Counts are reconciled as
+        :meth:`Leaves.of` does (this is the same split, written out: it runs for every model call)."""
+        read, write, audio_in = usage.cache_read_tokens, usage.cache_creation_tokens, usage.input_audio_tokens
+        total = max(usage.input_tokens, read + write + audio_in)
+        output = usage.output_tokens
+        reasoning = min(usage.reasoning_tokens, output)
+        audio_out = min(usage.output_audio_tokens, output - reasoning)
+        at = total / calls if calls > 1 else total
+        cost = (self.per_request * calls + (total - read - write - audio_in) * self.input.at(at)
+                + (output - reasoning - audio_out) * self.output.at(at))
+        if read:
+            cost += read * self.cache_read.at(at)
+        if write:
+            write_1h = min(usage.cache_creation_1h_tokens, write)
+            cost += (write - write_1h) * self.cache_write.at(at)
+            if write_1h:
+                cost += write_1h * (self.cache_write_1h or self.cache_write).at(at)
+        if audio_in:
+            cost += audio_in * (self.input_audio or self.input).at(at)
+        if reasoning:
+            cost += reasoning * self.reasoning.at(at)
+        if audio_out:
+            cost += audio_out * (self.output_audio or self.output).at(at)
+        return cost
 
     @property
     def thresholds(self) -> set[int]:

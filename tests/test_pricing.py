@@ -371,3 +371,26 @@ async def test_the_reprice_command_fills_in_unknown_costs(file_or_server_url: st
     bad = cli(url, "reprice", "--since", "yesterday")
     assert bad.returncode == 2
     assert "not a date" in bad.stderr
+
+
+CONTRADICTORY = [
+    TokenUsage(1_000, 100, 1_100, cache_read_tokens=800, cache_creation_tokens=500),  # parts > input
+    TokenUsage(1_000, 100, 1_100, cache_creation_tokens=300, cache_creation_1h_tokens=900),  # 1h > writes
+    TokenUsage(1_000, 100, 1_100, reasoning_tokens=400, output_audio_tokens=50),  # reasoning > output
+    TokenUsage(1_000, 100, 1_100, input_audio_tokens=2_000, output_audio_tokens=300),  # audio > totals
+]
+
+
+@pytest.mark.parametrize("model", ["claude-sonnet-4-5", "gpt-realtime", "gemini-2.5-pro"])
+def test_contradictory_counts_are_reconciled_alike_by_the_rates_and_the_database(model: str) -> None:
+    """Counts a provider got wrong are reconciled the same way on the fast path and on the database's."""
+    from run_journal import prices
+
+    found = prices.DEFAULT.find(model)
+    assert isinstance(found, prices.Found)
+    price = found.model.get_prices(datetime.now(UTC))
+    rates = prices.DEFAULT.compiled(price)
+    assert rates is not None
+    for usage in CONTRADICTORY:
+        expected = float(price.calc_price(prices.DEFAULT.usage_of(usage))["total_price"])
+        assert rates.cost(usage) == pytest.approx(expected, rel=1e-9, abs=1e-15), usage

@@ -22,13 +22,13 @@ from langchain_core.tools import tool
 
 from providers.raw import stored_bytes
 from providers.server import ProviderServer
-from providers.wire import ANSWER, Case, cases, openai_chat
+from providers.wire import ANSWER, CASES_BY_ID, Case, openai_chat
 from run_journal import RunEventStore, RunJournal
 from run_journal.runs import UsageTotals
 from run_journal.usage import TokenUsage
 from run_journal.usage.tokens import FIELDS
 
-CASES = {case.id: case for case in cases()}
+CASES = CASES_BY_ID
 
 
 @tool

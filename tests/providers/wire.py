@@ -187,7 +187,8 @@ def response_body(model: str, n: int, output: list[dict[str, Any]], usage: tuple
         "error": None, "incomplete_details": None, "instructions": None, "metadata": {},
         "temperature": 1.0, "top_p": 1.0, "text": {"format": {"type": "text"}},
         "reasoning": {"effort": "medium", "summary": None}, "store": True, "truncation": "disabled",
-        "usage": {"input_tokens": inputs, "input_tokens_details": {"cached_tokens": cached},
+        "usage": {"input_tokens": inputs,
+                  "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
                   "output_tokens": outputs, "output_tokens_details": {"reasoning_tokens": reasoning},
                   "total_tokens": inputs + outputs},
     }
@@ -464,3 +465,6 @@ def cases() -> list[Case]:
         anthropic("5m", False), anthropic("5m", True), anthropic("1h", False), anthropic("1h", True),
         gemini(False), gemini(True), bedrock(False), bedrock(True), ollama(), deepseek(False), deepseek(True),
     ]
+
+
+CASES_BY_ID = {case.id: case for case in cases()}
