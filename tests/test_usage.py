@@ -158,3 +158,34 @@ def test_a_tasks_reported_usage_counts_once_and_only_when_none_of_its_calls_was_
     assert tally.by_caller["subagent:a"].llm_calls == 2
     assert tally.by_caller["subagent:a"].input_tokens == 105
     assert "subagent:b" not in tally.by_caller
+
+
+def test_repricing_depends_on_the_shared_usage_code_only() -> None:
+    """The reader's side (``cli/reprice``, repricing) imports neither the journal's side of usage (reading
+    LangChain results) nor LangChain, directly or through the shared modules."""
+    import ast
+    from pathlib import Path
+
+    import run_journal
+
+    root = Path(run_journal.__file__).parent
+    graph: dict[str, set[str]] = {}
+    shared = ("usage.repricing", "usage.tally", "usage.tokens", "usage", "prices", "runs")
+    for module in ("cli.reprice", *shared):
+        path = root / (module.replace(".", "/") + ("/__init__.py" if module == "usage" else ".py"))
+        imported = set()
+        todo: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"))]
+        while todo:
+            for node in ast.iter_child_nodes(todo.pop()):
+                if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                    continue  # names for the type checker only
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    imported.add(node.module)
+                elif isinstance(node, ast.Import):
+                    imported.update(alias.name for alias in node.names)
+                todo.append(node)
+        graph[module] = imported
+    reached = set().union(*graph.values())
+    assert "run_journal.usage.reading" not in reached
+    assert not any(name.startswith("langchain") for name in reached)
+    assert "run_journal.usage.repricing" in graph["cli.reprice"]
