@@ -37,11 +37,21 @@ def test_chat_completions_parse_with_the_openai_sdk(case_id: str) -> None:
             assert reply.body.endswith(b"data: [DONE]\n\n")
 
 
-def test_responses_parse_with_the_openai_sdk() -> None:
-    from openai.types.responses import Response
+@pytest.mark.parametrize("case_id", ["openai-responses", "openai-responses-streamed"])
+def test_responses_parse_with_the_openai_sdk(case_id: str) -> None:
+    from openai.types.responses import Response, ResponseStreamEvent
+    from pydantic import TypeAdapter
 
-    for reply in CASES["openai-responses"].replies:
-        parsed = Response.model_validate(json.loads(reply.body))
+    events = TypeAdapter(ResponseStreamEvent)
+    for reply in CASES[case_id].replies:
+        if reply.content_type == "application/json":
+            parsed = Response.model_validate(json.loads(reply.body))
+        else:
+            stream = [(name, events.validate_python(data)) for name, data in sse_data(reply)]
+            assert all(name == event.type for name, event in stream)
+            last = stream[-1][1]
+            assert last.type == "response.completed"
+            parsed = last.response
         assert parsed.usage is not None
         assert parsed.usage.output_tokens_details.reasoning_tokens >= 0
 

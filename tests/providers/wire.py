@@ -194,14 +194,14 @@ def response_body(model: str, n: int, output: list[dict[str, Any]], usage: tuple
     }
 
 
-def openai_responses() -> Case:
+def openai_responses(streamed: bool = False) -> Case:
     returned = "gpt-5-mini-2025-08-07"
 
     def model(url: str, key: str) -> Any:
         from langchain_openai import ChatOpenAI
 
         return ChatOpenAI(model="gpt-5-mini", base_url=f"{url}/v1", api_key=key, use_responses_api=True,  # type: ignore[arg-type]
-                          max_retries=0)
+                          streaming=streamed, max_retries=0)
 
     reasoning = {"type": "reasoning", "id": "rs_1", "summary": []}
     call = {"type": "function_call", "id": "fc_1", "call_id": "call_w1", "name": "get_weather",
@@ -212,8 +212,51 @@ def openai_responses() -> Case:
               response_body(returned, 2, [text], RESPONSES_USAGE[1])]
     reported = [TokenUsage(i, o, i + o, cache_read_tokens=c, reasoning_tokens=r)
                 for i, c, o, r in RESPONSES_USAGE]
-    return Case("openai-responses", model, [Reply.json(body) for body in bodies], reported, returned, bodies,
-                ("openai", "responses"))
+    if not streamed:
+        return Case("openai-responses", model, [Reply.json(body) for body in bodies], reported, returned,
+                    bodies, ("openai", "responses"))
+    streams = [response_events(body) for body in bodies]
+    return Case("openai-responses-streamed", model,
+                [Reply(sse(events), "text/event-stream") for events in streams], reported, returned,
+                [events[-1][1]["response"] for events in streams], ("openai", "responses"),
+                twin="openai-responses")
+
+
+def response_events(body: dict[str, Any]) -> list[tuple[str | None, Any]]:
+    """A Responses API stream: ``response.created``, each output item added, its deltas and done, then
+    ``response.completed`` with the whole response (the usage is only there)."""
+    events: list[dict[str, Any]] = [
+        {"type": "response.created",
+         "response": {**body, "status": "in_progress", "output": [], "usage": None}}]
+    for index, item in enumerate(body["output"]):
+        if item["type"] == "function_call":
+            events += [
+                {"type": "response.output_item.added", "output_index": index,
+                 "item": {**item, "arguments": "", "status": "in_progress"}},
+                {"type": "response.function_call_arguments.delta", "item_id": item["id"],
+                 "output_index": index, "delta": item["arguments"]},
+                {"type": "response.function_call_arguments.done", "item_id": item["id"],
+                 "output_index": index, "name": item["name"], "arguments": item["arguments"]},
+            ]
+        elif item["type"] == "message":
+            part = item["content"][0]
+            events += [
+                {"type": "response.output_item.added", "output_index": index,
+                 "item": {**item, "status": "in_progress", "content": []}},
+                {"type": "response.content_part.added", "item_id": item["id"], "output_index": index,
+                 "content_index": 0, "part": {**part, "text": ""}},
+                {"type": "response.output_text.delta", "item_id": item["id"], "output_index": index,
+                 "content_index": 0, "delta": part["text"], "logprobs": []},
+                {"type": "response.output_text.done", "item_id": item["id"], "output_index": index,
+                 "content_index": 0, "text": part["text"], "logprobs": []},
+                {"type": "response.content_part.done", "item_id": item["id"], "output_index": index,
+                 "content_index": 0, "part": part},
+            ]
+        else:
+            events.append({"type": "response.output_item.added", "output_index": index, "item": item})
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": "response.completed", "response": body})
+    return [(event["type"], {**event, "sequence_number": n}) for n, event in enumerate(events)]
 
 
 # -- Anthropic Messages -----------------------------------------------------------------------------------
@@ -461,7 +504,7 @@ def ollama() -> Case:
 
 def cases() -> list[Case]:
     return [
-        openai_chat(False), openai_chat(True), openai_responses(),
+        openai_chat(False), openai_chat(True), openai_responses(), openai_responses(streamed=True),
         anthropic("5m", False), anthropic("5m", True), anthropic("1h", False), anthropic("1h", True),
         gemini(False), gemini(True), bedrock(False), bedrock(True), ollama(), deepseek(False), deepseek(True),
     ]
