@@ -44,8 +44,12 @@ def server() -> Iterator[ProviderServer]:
     running.stop()
 
 
+API_KEY = f"sk-test-{uuid.uuid4().hex}"
+"""The key every client is given (a new one each test run, so no stored byte can hold it by chance)."""
+
+
 def api_key() -> str:
-    return f"sk-test-{uuid.uuid4().hex}"
+    return API_KEY
 
 
 async def run_turn(case: Case, server: ProviderServer, store: RunEventStore, key: str) -> RunJournal:

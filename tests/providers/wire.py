@@ -9,6 +9,7 @@ name the provider returned.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -415,6 +416,7 @@ def bedrock_usage(uncached: int, read: int, five_minutes: int, one_hour: int, ou
 
 
 def bedrock(streamed: bool) -> Case:
+    @functools.cache  # boto3 clients are synchronous, so one serves every test (making one takes a second)
     def model(url: str, key: str) -> Any:
         from langchain_aws import ChatBedrockConverse
 
