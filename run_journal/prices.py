@@ -2,18 +2,20 @@
 
 ``genai-prices`` (Pydantic's maintained price data for every major provider) is imported the first
 time a price is needed, never by ``import run_journal``. A model name is matched by the database
-itself: its provider from the name (``gpt-4o`` is OpenAI's, ``claude-...`` Anthropic's), dated names
-and aliases through each model's match rules (``gpt-4o-2024-08-06``, ``claude-3-5-sonnet-latest``,
-``models/gemini-1.5-pro``), and a ``provider:model`` or ``provider/model`` name by that provider
-when the whole name matches nothing. The price in force at the time of the call is used (some
-prices change by date, or by the hour).
+itself: by the provider the call was made through when it is known (LangChain's ``ls_provider``:
+``amazon_bedrock`` prices a Bedrock model id as AWS bills it), otherwise its provider from the name
+(``gpt-4o`` is OpenAI's, ``claude-...`` Anthropic's), dated names and aliases through each model's
+match rules (``gpt-4o-2024-08-06``, ``claude-3-5-sonnet-latest``, ``models/gemini-1.5-pro``), and a
+``provider:model`` or ``provider/model`` name by that provider when the whole name matches nothing.
+The price in force at the time of the call is used (some prices change by date, or by the hour).
 
 The database's own calculation is exact and slow (a few hundred microseconds a call), too slow for
 a callback that holds the journal's lock. So each model's price is compiled once into per-token
-rates (input, cache read, cache write, output, reasoning, a per-request fee, and the threshold
-tiers that apply to a whole request), and the compiled rates are checked against the database's own
-calculation on a set of probe usages before they are used: a price they do not reproduce (a unit
-the rates do not model) is computed by the database for each call instead.
+rates (input, cache read, five-minute and one-hour cache writes, audio input, output, reasoning,
+audio output, a per-request fee, and the threshold tiers that apply to a whole request), and the
+compiled rates are checked against the database's own calculation on a set of probe usages that
+hold every token kind the journal counts, below and above every tier, before they are used: a price
+they do not reproduce is computed by the database for each call instead.
 """
 
 from __future__ import annotations
@@ -24,24 +26,97 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, NamedTuple, Protocol
 
 DATABASE: Final = "genai-prices"
 """The distribution that holds the prices (a dependency of run-journal)."""
 _RESOLVED_FOR: Final = 600.0
 """Seconds a model lookup is reused; a database updated in place (``genai_prices.UpdatePrices``)
 is seen for a model within this time."""
+
+
+class TokenCounts(Protocol):
+    """What a price is applied to: one call's tokens by kind (``run_journal.usage.TokenUsage``).
+
+    ``input_tokens`` includes the cache reads, cache writes and audio input; ``cache_creation_tokens``
+    includes the one-hour writes; ``output_tokens`` includes the reasoning and audio output.
+    """
+
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def cache_read_tokens(self) -> int: ...
+    @property
+    def cache_creation_tokens(self) -> int: ...
+    @property
+    def cache_creation_1h_tokens(self) -> int: ...
+    @property
+    def input_audio_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def reasoning_tokens(self) -> int: ...
+    @property
+    def output_audio_tokens(self) -> int: ...
+
+
+class Probe(NamedTuple):
+    """A usage the compiled rates must price as the database does (see ``_PROBES``)."""
+
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    cache_creation_1h_tokens: int = 0
+    input_audio_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    output_audio_tokens: int = 0
+
+
 _PROBES: Final = (
-    (0, 0, 0, 0, 0),
-    (1000, 0, 0, 0, 0),
-    (1000, 400, 0, 0, 0),
-    (1000, 0, 300, 0, 0),
-    (0, 0, 0, 1000, 0),
-    (0, 0, 0, 1000, 250),
-    (3000, 1200, 700, 900, 300),
+    Probe(),
+    Probe(input_tokens=1000),
+    Probe(input_tokens=1000, cache_read_tokens=400),
+    Probe(input_tokens=1000, cache_creation_tokens=300),
+    Probe(input_tokens=1000, cache_creation_tokens=300, cache_creation_1h_tokens=300),
+    Probe(input_tokens=1000, input_audio_tokens=600),
+    Probe(output_tokens=1000),
+    Probe(output_tokens=1000, reasoning_tokens=250),
+    Probe(output_tokens=1000, output_audio_tokens=700),
+    Probe(3000, 1200, 700, 200, 400, 900, 300, 100),
 )
-"""(input incl. cache, cache read, cache write, output, reasoning) usages the rates must price as the
-database does; each is also tried just below and above every tier threshold."""
+"""Usages the rates must price as the database does, every token kind the journal counts among them;
+each is also tried at, just above and well above every tier threshold."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Leaves:
+    """A call's tokens split into disjoint kinds, each billed at one rate (how the database splits them:
+    a kind's count is its own tokens less those of the more specific kinds inside it)."""
+
+    total_input: int
+    plain_input: int
+    cache_read: int
+    cache_write_5m: int
+    cache_write_1h: int
+    audio_input: int
+    plain_output: int
+    reasoning: int
+    audio_output: int
+
+    @classmethod
+    def of(cls, usage: TokenCounts) -> Leaves:
+        """Counts that contradict each other are reconciled: the input is at least its cached, written
+        and audio parts, the one-hour writes at most the writes, the output at least its parts."""
+        read, write = usage.cache_read_tokens, usage.cache_creation_tokens
+        write_1h = min(usage.cache_creation_1h_tokens, write)
+        audio_in = usage.input_audio_tokens
+        total_input = max(usage.input_tokens, read + write + audio_in)
+        output = usage.output_tokens
+        reasoning = min(usage.reasoning_tokens, output)
+        audio_out = min(usage.output_audio_tokens, output - reasoning)
+        return cls(total_input, total_input - read - write - audio_in, read, write - write_1h, write_1h,
+                   audio_in, output - reasoning - audio_out, reasoning, audio_out)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -68,25 +143,45 @@ class Rates:
     cache_write: Rate
     reasoning: Rate
     per_request: float = 0.0
+    cache_write_1h: Rate | None = None
+    """None: one-hour writes cost what other writes cost."""
+    input_audio: Rate | None = None
+    """None: audio input costs what other input costs."""
+    output_audio: Rate | None = None
+    """None: audio output costs what other output costs."""
 
-    def cost(self, input_tokens: float, cache_read: float, cache_write: float, output_tokens: float,
-             reasoning: float) -> float:
-        total = max(input_tokens, cache_read + cache_write)
-        plain = total - cache_read - cache_write
-        reasoning = min(reasoning, output_tokens)
-        return (
-            self.per_request
-            + plain * self.input.at(total)
-            + cache_read * self.cache_read.at(total)
-            + cache_write * self.cache_write.at(total)
-            + (output_tokens - reasoning) * self.output.at(total)
-            + reasoning * self.reasoning.at(total)
-        )
+    def cost(self, usage: TokenCounts, calls: int = 1) -> float:
+        """The cost of ``calls`` calls whose tokens add up to ``usage``, priced as that many average
+        calls (a tier is chosen by the average call's input). Counts are reconciled as
+        :meth:`Leaves.of` does (this is the same split, written out: it runs for every model call)."""
+        read, write, audio_in = usage.cache_read_tokens, usage.cache_creation_tokens, usage.input_audio_tokens
+        total = max(usage.input_tokens, read + write + audio_in)
+        output = usage.output_tokens
+        reasoning = min(usage.reasoning_tokens, output)
+        audio_out = min(usage.output_audio_tokens, output - reasoning)
+        at = total / calls if calls > 1 else total
+        cost = (self.per_request * calls + (total - read - write - audio_in) * self.input.at(at)
+                + (output - reasoning - audio_out) * self.output.at(at))
+        if read:
+            cost += read * self.cache_read.at(at)
+        if write:
+            write_1h = min(usage.cache_creation_1h_tokens, write)
+            cost += (write - write_1h) * self.cache_write.at(at)
+            if write_1h:
+                cost += write_1h * (self.cache_write_1h or self.cache_write).at(at)
+        if audio_in:
+            cost += audio_in * (self.input_audio or self.input).at(at)
+        if reasoning:
+            cost += reasoning * self.reasoning.at(at)
+        if audio_out:
+            cost += audio_out * (self.output_audio or self.output).at(at)
+        return cost
 
     @property
     def thresholds(self) -> set[int]:
-        return {start for rate in (self.input, self.output, self.cache_read, self.cache_write, self.reasoning)
-                for start, _ in rate.tiers}
+        rates = (self.input, self.output, self.cache_read, self.cache_write, self.reasoning,
+                 self.cache_write_1h, self.input_audio, self.output_audio)
+        return {start for rate in rates if rate is not None for start, _ in rate.tiers}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -111,7 +206,7 @@ class PriceDatabase:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._found: dict[str, Found | str] = {}
+        self._found: dict[tuple[str, str | None], Found | str] = {}
         self._compiled: dict[int, tuple[Any, Rates | None]] = {}
         self._module: Any = None
         self._failure: str | None = None
@@ -156,10 +251,13 @@ class PriceDatabase:
             pass
 
     # -- lookups -------------------------------------------------------------------------------------
-    def find(self, model: str) -> Found | str:
-        """The database's entry for ``model``, or why there is none."""
+    def find(self, model: str, provider: str | None = None) -> Found | str:
+        """The database's entry for ``model``, or why there is none. ``provider`` (LangChain's
+        ``ls_provider``, e.g. ``amazon_bedrock``, or a database provider id) is tried first: a
+        Bedrock model id is only known as AWS's."""
         now = time.monotonic()
-        found = self._found.get(model)
+        key = (model, provider)
+        found = self._found.get(key)
         if isinstance(found, Found) and now - found.at < _RESOLVED_FOR:
             return found
         if isinstance(found, str):
@@ -167,21 +265,22 @@ class PriceDatabase:
         module = self.load()
         if module is None:
             return self._failure or f"{DATABASE} is not installed"
-        result = self._lookup(module, model, now)
+        result = self._lookup(module, model, provider, now)
         with self._lock:
-            self._found[model] = result
+            self._found[key] = result
         return result
 
-    def _lookup(self, module: Any, model: str, now: float) -> Found | str:
-        attempts: list[tuple[str, str | None]] = [(model, None)]
+    def _lookup(self, module: Any, model: str, provider: str | None, now: float) -> Found | str:
+        attempts: list[tuple[str, str | None]] = [(model, provider)] if provider else []
+        attempts.append((model, None))
         for separator in (":", "/"):
             prefix, _, rest = model.partition(separator)
             if rest and prefix:
                 attempts.append((rest, prefix))
         version = self.version
-        for name, provider in attempts:
+        for name, provider_id in attempts:
             try:
-                calculation = module.calc_price(module.Usage(), name, provider_id=provider)
+                calculation = module.calc_price(module.Usage(), name, provider_id=provider_id)
             except LookupError:
                 continue
             except Exception as error:  # noqa: BLE001 - a database bug must not break a run
@@ -189,34 +288,47 @@ class PriceDatabase:
             return Found(calculation.model, calculation.provider, now)
         return f"no price for model {model!r} in {DATABASE} {version}"
 
-    def quote(self, model: str, input_tokens: float, cache_read: float, cache_write: float,
-              output_tokens: float, reasoning: float, at: datetime | None = None) -> Quote:
-        """The cost of one call of ``model`` at time ``at`` (now by default)."""
-        found = self.find(model)
+    def quote(self, model: str, usage: TokenCounts, at: datetime | None = None, calls: int = 1,
+              provider: str | None = None) -> Quote:
+        """The cost of ``calls`` calls of ``model`` at time ``at`` (now by default) whose tokens add up
+        to ``usage`` (priced as that many average calls)."""
+        found = self.find(model, provider)
         if isinstance(found, str):
             return None, found
         try:
             price = found.model.get_prices(at or datetime.now(UTC))
-            rates = self._rates_of(price)
+            rates = self.compiled(price)
             if rates is not None:
-                return rates.cost(input_tokens, cache_read, cache_write, output_tokens, reasoning), None
-            usage = self._usage(input_tokens, cache_read, cache_write, output_tokens, reasoning)
-            return float(price.calc_price(usage)["total_price"]), None
+                return rates.cost(usage, calls), None
+            return float(price.calc_price(self.usage_of(usage, calls))["total_price"]) * calls, None
         except Exception as error:  # noqa: BLE001 - a database bug must not break a run
             return None, (f"{DATABASE} {self.version} could not price {model!r} ({found.name}): "
                           f"{type(error).__name__}: {error}")
 
-    def _usage(self, input_tokens: float, cache_read: float, cache_write: float, output_tokens: float,
-               reasoning: float) -> Any:
-        module = self.load()
-        return module.Usage(
-            input_tokens=max(input_tokens, cache_read + cache_write), cache_read_tokens=cache_read,
-            cache_write_tokens=cache_write, output_tokens=output_tokens,
-            output_reasoning_tokens=min(reasoning, output_tokens),
+    def usage_of(self, usage: TokenCounts, calls: int = 1) -> Any:
+        """``usage`` (an average of ``calls`` calls) as the database's ``Usage``: every kind the journal
+        counts, and a zero for the kinds where two of them meet (cached audio, audio reasoning), which
+        the journal cannot tell apart and the database would otherwise ask for."""
+        leaves = Leaves.of(usage)
+
+        def per_call(value: int) -> float | int:
+            return value / calls if calls > 1 else value
+
+        return self.load().Usage(
+            input_tokens=per_call(leaves.total_input),
+            cache_read_tokens=per_call(leaves.cache_read),
+            cache_write_tokens=per_call(leaves.cache_write_5m + leaves.cache_write_1h),
+            cache_write_1h_tokens=per_call(leaves.cache_write_1h),
+            input_audio_tokens=per_call(leaves.audio_input),
+            output_tokens=per_call(leaves.plain_output + leaves.reasoning + leaves.audio_output),
+            output_reasoning_tokens=per_call(leaves.reasoning),
+            output_audio_tokens=per_call(leaves.audio_output),
+            cache_audio_read_tokens=0, cache_audio_write_tokens=0, cache_audio_write_1h_tokens=0,
+            output_audio_reasoning_tokens=0,
         )
 
     # -- compiled rates ------------------------------------------------------------------------------
-    def _rates_of(self, price: Any) -> Rates | None:
+    def compiled(self, price: Any) -> Rates | None:
         """The compiled rates of one price object (None: use the database's calculation)."""
         cached = self._compiled.get(id(price))
         if cached is not None and cached[0] is price:
@@ -242,13 +354,17 @@ class PriceDatabase:
         try:
             plain = rate("input_mtok", Rate(0.0))
             output = rate("output_mtok", Rate(0.0))
+            write = rate("cache_write_mtok", plain)
             fee = getattr(price, "requests_kcount", None)
             rates = Rates(
                 input=plain, output=output,
                 cache_read=rate("cache_read_mtok", plain),
-                cache_write=rate("cache_write_mtok", plain),
+                cache_write=write,
                 reasoning=rate("output_reasoning_mtok", output),
                 per_request=float(fee) / 1000 if isinstance(fee, Decimal) else 0.0,
+                cache_write_1h=rate("cache_write_1h_mtok", write),
+                input_audio=rate("input_audio_mtok", plain),
+                output_audio=rate("output_audio_mtok", output),
             )
             return rates if self._agrees(price, rates) else None
         except Exception:  # noqa: BLE001 - rates that cannot be built: the database prices each call
@@ -256,14 +372,16 @@ class PriceDatabase:
 
     def _agrees(self, price: Any, rates: Rates) -> bool:
         """Whether the rates price every probe usage exactly as the database does."""
-        probes: list[tuple[int, int, int, int, int]] = list(_PROBES)
+        probes = list(_PROBES)
         for start in sorted(rates.thresholds):
             for total in (start, start + 1, start + 5000):
-                probes.append((total, min(total, 1000), 0, 500, 100))
-                probes.append((total, 0, min(total, 2000), 500, 0))
+                probes.append(Probe(total, min(total, 1000), output_tokens=500, reasoning_tokens=100))
+                probes.append(Probe(total, 0, min(total, 2000), min(total, 800), output_tokens=500))
+                probes.append(Probe(total, input_audio_tokens=min(total, 700), output_tokens=500,
+                                    output_audio_tokens=200))
         for probe in probes:
-            expected = float(price.calc_price(self._usage(*probe))["total_price"])
-            if abs(rates.cost(*probe) - expected) > 1e-12 + 1e-9 * abs(expected):
+            expected = float(price.calc_price(self.usage_of(probe))["total_price"])
+            if abs(rates.cost(probe) - expected) > 1e-12 + 1e-9 * abs(expected):
                 return False
         return True
 
@@ -278,11 +396,13 @@ def table_rates(entry: Any) -> Rates | str:
         return "its pricing-table entry needs both 'input' and 'output' (USD per million tokens)"
     try:
         plain, output = Rate(float(entry["input"]) / 1_000_000), Rate(float(entry["output"]) / 1_000_000)
-        read, write = entry.get("cache_read"), entry.get("cache_write")
+        read, write, write_1h = entry.get("cache_read"), entry.get("cache_write"), entry.get("cache_write_1h")
+        cache_write = plain if write is None else Rate(float(write) / 1_000_000)
         return Rates(
             input=plain, output=output, reasoning=output,
             cache_read=plain if read is None else Rate(float(read) / 1_000_000),
-            cache_write=plain if write is None else Rate(float(write) / 1_000_000),
+            cache_write=cache_write,
+            cache_write_1h=cache_write if write_1h is None else Rate(float(write_1h) / 1_000_000),
         )
     except (TypeError, ValueError) as error:
         return f"its pricing-table entry is not a number of USD per million tokens ({error})"

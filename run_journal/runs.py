@@ -67,6 +67,10 @@ class UsageTotals:
     reasoning_tokens: int = 0
     llm_calls: int = 0
     cost_usd: float | None = None
+    cache_creation_1h_tokens: int = 0
+    """Of ``cache_creation_tokens``, those written to a one-hour cache (the rest: five minutes)."""
+    input_audio_tokens: int = 0
+    output_audio_tokens: int = 0
 
     def __add__(self, other: UsageTotals) -> UsageTotals:
         return UsageTotals(
@@ -78,6 +82,9 @@ class UsageTotals:
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             llm_calls=self.llm_calls + other.llm_calls,
             cost_usd=_add_cost(self, other),
+            cache_creation_1h_tokens=self.cache_creation_1h_tokens + other.cache_creation_1h_tokens,
+            input_audio_tokens=self.input_audio_tokens + other.input_audio_tokens,
+            output_audio_tokens=self.output_audio_tokens + other.output_audio_tokens,
         )
 
     def to_dict(self) -> JsonObject:

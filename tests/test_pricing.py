@@ -93,6 +93,108 @@ def test_the_fast_rates_agree_with_the_databases_own_calculation(model: str) -> 
             assert cost_of(usage, model, at=at) == pytest.approx(expected, rel=1e-9, abs=1e-15), (usage, at)
 
 
+def test_one_hour_cache_writes_are_priced_at_their_own_rate() -> None:
+    """Claude Sonnet 4.5: $3.75 per million for a five-minute write, $6 for a one-hour write."""
+    five = TokenUsage(20_000, 1_000, 21_000, cache_creation_tokens=10_000)
+    hour = TokenUsage(20_000, 1_000, 21_000, cache_creation_tokens=10_000, cache_creation_1h_tokens=10_000)
+    sonnet = "claude-sonnet-4-5"
+    assert cost_of(five, sonnet) == pytest.approx((10_000 * 3 + 10_000 * 3.75 + 1_000 * 15) / 1e6)
+    assert cost_of(hour, sonnet) == pytest.approx((10_000 * 3 + 10_000 * 6 + 1_000 * 15) / 1e6)
+    table = {"mine": {"input": 1.0, "output": 1.0, "cache_write": 2.0, "cache_write_1h": 4.0}}
+    assert cost_of(hour, "mine", table) == pytest.approx((10_000 * 1 + 10_000 * 4 + 1_000 * 1) / 1e6)
+    assert cost_of(hour, "mine", {"mine": {"input": 1.0, "output": 1.0, "cache_write": 2.0}}) == \
+        pytest.approx((10_000 * 1 + 10_000 * 2 + 1_000 * 1) / 1e6)
+
+
+def test_audio_tokens_are_priced_at_their_own_rate() -> None:
+    """gpt-realtime: text $4 in / $16 out, audio $32 in / $64 out per million."""
+    usage = TokenUsage(10_000, 2_000, 12_000, input_audio_tokens=6_000, output_audio_tokens=1_500)
+    assert cost_of(usage, "gpt-realtime") == pytest.approx(
+        (4_000 * 4 + 6_000 * 32 + 500 * 16 + 1_500 * 64) / 1e6)
+
+
+EVERY_KIND = [
+    TokenUsage(12_000, 3_000, 15_000, cache_read_tokens=2_000, cache_creation_tokens=3_000,
+               reasoning_tokens=1_000, cache_creation_1h_tokens=1_000, input_audio_tokens=1_500,
+               output_audio_tokens=500),
+    TokenUsage(250_000, 9_000, 259_000, cache_read_tokens=60_000, cache_creation_tokens=30_000,
+               reasoning_tokens=4_000, cache_creation_1h_tokens=20_000, input_audio_tokens=10_000,
+               output_audio_tokens=2_000),  # above every 200k tier
+    TokenUsage(1_200_000, 50_000, 1_250_000, cache_read_tokens=900_000, cache_creation_tokens=100_000,
+               cache_creation_1h_tokens=100_000, input_audio_tokens=100_000),  # above the 1M tiers
+    TokenUsage(5_000, 800, 5_800, cache_creation_tokens=5_000, cache_creation_1h_tokens=5_000),
+]
+
+
+def database_usage(usage: TokenUsage) -> Usage:
+    """The usage as genai-prices takes it; the kinds where two counted kinds meet (cached audio, audio
+    reasoning) are not reported by any provider through LangChain, so they are zero."""
+    return Usage(input_tokens=usage.input_tokens, cache_read_tokens=usage.cache_read_tokens,
+                 cache_write_tokens=usage.cache_creation_tokens,
+                 cache_write_1h_tokens=usage.cache_creation_1h_tokens,
+                 input_audio_tokens=usage.input_audio_tokens, output_tokens=usage.output_tokens,
+                 output_reasoning_tokens=usage.reasoning_tokens,
+                 output_audio_tokens=usage.output_audio_tokens, cache_audio_read_tokens=0,
+                 cache_audio_write_tokens=0, cache_audio_write_1h_tokens=0, output_audio_reasoning_tokens=0)
+
+
+def special_prices() -> list[tuple[str, Any]]:
+    """Every price in the database with a rate beyond input, output and cache reads: one-hour writes,
+    audio, reasoning, a per-request fee, or tiers."""
+    from genai_prices import data
+    from genai_prices.types import ModelPrice, TieredPrices
+
+    special = {"cache_write_1h_mtok", "input_audio_mtok", "output_audio_mtok", "output_reasoning_mtok",
+               "requests_kcount"}
+    found = []
+    for provider in data.providers:
+        for model in provider.models:
+            options = [model.prices] if isinstance(model.prices, ModelPrice) else \
+                [conditional.prices for conditional in model.prices]
+            options += [variant.prices for variant in model.price_variants or ()]
+            for price in options:
+                values = {key: value for key, value in vars(price).items() if value is not None}
+                if special & values.keys() or any(isinstance(v, TieredPrices) for v in values.values()):
+                    found.append((f"{provider.id}:{model.id}", price))
+    return found
+
+
+def test_the_compiled_rates_agree_with_the_database_on_every_price_with_special_rates() -> None:
+    """Every such price compiles (none falls back to the slow calculation) and its rates price usages
+    holding every token kind exactly as genai-prices does, across its tiers."""
+    from run_journal import prices
+
+    found = special_prices()
+    kinds = {key for _, price in found for key, value in vars(price).items() if value is not None}
+    assert {"cache_write_1h_mtok", "input_audio_mtok", "output_audio_mtok", "output_reasoning_mtok"} <= kinds
+    assert len(found) > 100
+    for name, price in found:
+        rates = prices.DEFAULT.compiled(price)
+        assert rates is not None, name
+        for usage in EVERY_KIND:
+            expected = float(price.calc_price(database_usage(usage))["total_price"])
+            assert rates.cost(usage) == pytest.approx(expected, rel=1e-9, abs=1e-15), (name, usage)
+
+
+@pytest.mark.parametrize("model", ["claude-sonnet-4-5", "claude-opus-4-1", "gemini-2.5-pro",
+                                   "gemini-2.5-flash", "gpt-realtime", "gpt-5", "deepseek-reasoner"])
+def test_every_token_kind_is_priced_as_the_database_prices_it(model: str) -> None:
+    for usage in EVERY_KIND:
+        expected = float(calc_price(database_usage(usage), model).total_price)
+        assert cost_of(usage, model) == pytest.approx(expected, rel=1e-9, abs=1e-15), usage
+
+
+def test_the_provider_of_the_call_names_whose_price_applies() -> None:
+    """A Bedrock model id is only known as AWS's; LangChain's ls_provider says where the call went."""
+    usage = tokens(10_000, 1_000)
+    bedrock = "anthropic.claude-3-5-sonnet-20240620-v1:0"
+    assert quote(usage, bedrock)[0] is None
+    cost, why = quote(usage, bedrock, provider="amazon_bedrock")
+    assert why is None
+    assert cost == pytest.approx(database_cost(usage, bedrock, "aws"))
+    assert quote(usage, "gpt-4o", provider="ollama") == quote(usage, "gpt-4o")  # an unknown provider
+
+
 def test_the_callers_table_overrides_the_database_and_the_database_prices_the_rest() -> None:
     usage = tokens(1_000_000, 1_000_000, cache_read=500_000, cache_write=100_000)
     table = {"gpt-4o": {"input": 2.0, "output": 8.0, "cache_read": 0.5, "cache_write": 2.5}}
@@ -269,3 +371,26 @@ async def test_the_reprice_command_fills_in_unknown_costs(file_or_server_url: st
     bad = cli(url, "reprice", "--since", "yesterday")
     assert bad.returncode == 2
     assert "not a date" in bad.stderr
+
+
+CONTRADICTORY = [
+    TokenUsage(1_000, 100, 1_100, cache_read_tokens=800, cache_creation_tokens=500),  # parts > input
+    TokenUsage(1_000, 100, 1_100, cache_creation_tokens=300, cache_creation_1h_tokens=900),  # 1h > writes
+    TokenUsage(1_000, 100, 1_100, reasoning_tokens=400, output_audio_tokens=50),  # reasoning > output
+    TokenUsage(1_000, 100, 1_100, input_audio_tokens=2_000, output_audio_tokens=300),  # audio > totals
+]
+
+
+@pytest.mark.parametrize("model", ["claude-sonnet-4-5", "gpt-realtime", "gemini-2.5-pro"])
+def test_contradictory_counts_are_reconciled_alike_by_the_rates_and_the_database(model: str) -> None:
+    """Counts a provider got wrong are reconciled the same way on the fast path and on the database's."""
+    from run_journal import prices
+
+    found = prices.DEFAULT.find(model)
+    assert isinstance(found, prices.Found)
+    price = found.model.get_prices(datetime.now(UTC))
+    rates = prices.DEFAULT.compiled(price)
+    assert rates is not None
+    for usage in CONTRADICTORY:
+        expected = float(price.calc_price(prices.DEFAULT.usage_of(usage))["total_price"])
+        assert rates.cost(usage) == pytest.approx(expected, rel=1e-9, abs=1e-15), usage

@@ -21,7 +21,7 @@ from run_journal.runs import RunRow
 from run_journal.stores.base import RunEventStore
 
 if TYPE_CHECKING:
-    from run_journal.usage import Pricing
+    from run_journal.usage.tally import Pricing
 
 
 def add_reprice_command(sub: Any) -> None:
@@ -33,8 +33,8 @@ def add_reprice_command(sub: Any) -> None:
     reprice.add_argument("--since", type=parse_since, metavar="DATE",
                          help="only runs started at or after this date or time (ISO 8601, UTC if no zone)")
     reprice.add_argument("--pricing", type=Path, metavar="FILE",
-                         help="a JSON pricing table ({model: {input, output, cache_read, cache_write}}, USD "
-                              "per million tokens) that overrides the price database")
+                         help="a JSON pricing table ({model: {input, output, cache_read, cache_write, "
+                              "cache_write_1h}}, USD per million tokens) that overrides the price database")
     reprice.add_argument("--all", dest="keep_known", action="store_false",
                          help="price every call again (by default a cost already known is kept, unless "
                               "--pricing names its model)")
@@ -64,7 +64,7 @@ def load_pricing(path: Path) -> Pricing:
 
 
 async def cmd_reprice(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
-    from run_journal.usage import RELEVANT_EVENTS, reprice_row  # here: it loads LangChain and prices
+    from run_journal.usage.repricing import RELEVANT_EVENTS, reprice_row  # only this command prices
 
     pricing = load_pricing(args.pricing) if args.pricing else None
     if args.thread:

@@ -37,14 +37,8 @@ from run_journal.journal.state import LlmCall, MiddlewareHook, NestedAgent, RunS
 from run_journal.normalization import encode
 from run_journal.redact import Redactor, redacted_text
 from run_journal.runs import TERMINAL_STATUSES, RowSnapshot, RunRow, RunStatus
-from run_journal.usage import (
-    PricingOption,
-    RunTally,
-    cap_text,
-    extract_usage,
-    model_name_of,
-    usage_from_mapping,
-)
+from run_journal.usage.reading import extract_usage, model_name_of, provider_of, usage_from_mapping
+from run_journal.usage.tally import PricingOption, RunTally, cap_text
 
 logger = logging.getLogger("run_journal")
 CANCELLED: Final = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
@@ -275,8 +269,10 @@ class RunRecorder:
         params = params or {}
         model = params.get("model_name") or params.get("model") or (metadata or {}).get("ls_model_name")
         step_of = task if scope is not None and scope.hook is None else None
+        provider = (metadata or {}).get("ls_provider")
         state.llm_calls[run_id] = LlmCall(caller, str(model) if model else None, state.next_llm_index(),
-                                          time.monotonic(), task=step_of)
+                                          time.monotonic(), task=step_of,
+                                          provider=provider if isinstance(provider, str) else None)
 
     def new_token(self, run_id: uuid.UUID) -> None:
         call = self.state.llm_calls.get(run_id)
@@ -425,20 +421,15 @@ class RunRecorder:
         caller = f"subagent:{name}"
         if mapped["event_type"] == "subagent.start":
             state.open_tasks[task_id] = str(name)
-            state.calls_before[task_id] = self._calls_of(caller)
+            self.tally.task_started(task_id, caller)
         elif mapped["event_type"] == "subagent.end":
             state.open_tasks.pop(task_id, None)
-            usage = usage_from_mapping(content.get("usage"))
-            seen = self._calls_of(caller) > state.calls_before.pop(task_id, 0)
-            if usage is not None and not seen and task_id not in state.counted_tasks | state.tree_tasks:
-                state.counted_tasks.add(task_id)
-                self.tally.add_external(caller, content.get("model"), usage)
+            # a task journaled from the callback tree had its model calls counted as they happened
+            usage = None if task_id in state.tree_tasks else usage_from_mapping(content.get("usage"))
+            if self.tally.task_ended(task_id, caller, content.get("model"), usage):
                 self.changed = True
         self._emit(mapped["event_type"], content, {"caller": caller, **mapped["metadata"]},
                    mapped["category"])
-
-    def _calls_of(self, caller: str) -> int:
-        return sum(totals.llm_calls for (who, _), totals in self.tally.groups.items() if who == caller)
 
     def _start_task(self, task: NestedAgent) -> None:
         """A graph nested in a tool call made its first model call: it is a subagent task, whose
@@ -566,10 +557,12 @@ class RunRecorder:
         message = chat or AIMessage(content=first.text if first is not None else "")
         model = model_name_of(response, call.model)
         usage = extract_usage(response)
-        priced = self.tally.add_call(call.caller, model, usage)
+        provider = provider_of(response, call.provider)
+        priced = self.tally.add_call(call.caller, model, usage, provider=provider)
         ttft = None if call.first_token_at is None else int((call.first_token_at - call.started) * 1000)
         meta = {
             "caller": call.caller, "llm_call_index": call.index, "model_name": model,
+            "model_provider": provider,
             "usage": usage.to_dict() if usage else None, "cost_usd": priced.cost_usd,
             "latency_ms": int((time.monotonic() - call.started) * 1000), "time_to_first_token_ms": ttft,
             "message_id": message.id,

@@ -72,6 +72,8 @@ class LlmCall:
     started: float
     first_token_at: float | None = None
     task: NestedAgent | None = None
+    provider: str | None = None
+    """LangChain's ``ls_provider`` of the call (``openai``, ``amazon_bedrock``...), for its price."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -120,10 +122,6 @@ class RunState:
     failed_tries: dict[str, tuple[ToolRun, str, int]] = dataclasses.field(default_factory=dict)
     """tool_call_id -> (tool run, error, tries) for tries that failed and were not retried yet."""
     open_tasks: dict[str, str] = dataclasses.field(default_factory=dict)
-    counted_tasks: set[str] = dataclasses.field(default_factory=set)
-    """Tasks whose reported usage was counted (once per task, whoever reports it)."""
-    calls_before: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Model calls of a streamed task's subagent counted when the task started."""
     tree_tasks: set[str] = dataclasses.field(default_factory=set)
     """Tasks journaled from the callback tree: their model calls are counted as they happen, and
     ``task_*`` chunks for them (a stream wrapper around the same run) are not journaled again."""
