@@ -407,13 +407,23 @@ class RunEvent(_Frozen):
         )
 
 
-def _slot_setter(name: str) -> Any:
-    return RunEvent.__dict__[name].__set__
+def _slot_setter(record: type, name: str) -> Any:
+    """The setter of one slot of a record class, by the slot's name."""
+    return record.__dict__[name].__set__
 
 
 # Events and records are built by setting their slots directly (``__setattr__`` refuses: records are frozen).
-_ROW, _CONTENT, _METADATA, _CREATED_AT = map(_slot_setter, ("_row", "_content", "_metadata", "_created_at"))
-(
-    _SET_CONTENT, _SET_METADATA, _SET_CATEGORY, _SET_CONTENT_JSON, _SET_CREATED_AT, _SET_EVENT_ID,
-    _SET_EVENT_TYPE, _SET_METADATA_JSON, _SET_RUN_ID, _SET_TASK_ID, _SET_THREAD_ID, _SET_USER_ID,
-) = (NewEvent.__dict__[name].__set__ for name in NewEvent.__slots__)
+_ROW, _CONTENT, _METADATA, _CREATED_AT = (
+    _slot_setter(RunEvent, name) for name in ("_row", "_content", "_metadata", "_created_at"))
+_SET_CONTENT = _slot_setter(NewEvent, "_content")
+_SET_METADATA = _slot_setter(NewEvent, "_metadata")
+_SET_CATEGORY = _slot_setter(NewEvent, "category")
+_SET_CONTENT_JSON = _slot_setter(NewEvent, "content_json")
+_SET_CREATED_AT = _slot_setter(NewEvent, "created_at")
+_SET_EVENT_ID = _slot_setter(NewEvent, "event_id")
+_SET_EVENT_TYPE = _slot_setter(NewEvent, "event_type")
+_SET_METADATA_JSON = _slot_setter(NewEvent, "metadata_json")
+_SET_RUN_ID = _slot_setter(NewEvent, "run_id")
+_SET_TASK_ID = _slot_setter(NewEvent, "task_id")
+_SET_THREAD_ID = _slot_setter(NewEvent, "thread_id")
+_SET_USER_ID = _slot_setter(NewEvent, "user_id")

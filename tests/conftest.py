@@ -42,6 +42,7 @@ TESTS = Path(__file__).resolve().parent
 SLOW_MODULES: dict[str, str] = {
     # path under tests/ -> why every test of it is slow
     "browser/test_viewer.py": "drives Chromium against a served viewer",
+    "test_imports.py": "imports each module in a fresh interpreter",
     "test_examples.py": "runs each example script in a process of its own",
     "reliability/test_follow_reconnect.py": "cuts the follower's connections and waits for it to reconnect",
     "reliability/test_frozen_network.py": "waits out the writer's flush deadline through a frozen proxy",
