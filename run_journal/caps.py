@@ -59,7 +59,7 @@ def cap_content(
         text = dumps(content)
         if len(text.encode("utf-8")) <= limit:
             return content, text, capped
-    preview = {"truncated": True, "preview": longest_prefix(content_json, limit - _PREVIEW_SHELL)}
+    preview: JsonObject = {"truncated": True, "preview": longest_prefix(content_json, limit - _PREVIEW_SHELL)}
     return preview, dumps(preview), capped
 
 
@@ -103,9 +103,9 @@ def _shorten_strings(content: JsonValue, size: int, limit: int) -> JsonValue | N
     threshold = _threshold(sizes, limit - fixed)
     if threshold is None:
         return None
-    for leaf_size, parent, key in reversed(leaves[bisect.bisect_right(sizes, threshold):]):
+    for _, parent, key in reversed(leaves[bisect.bisect_right(sizes, threshold):]):
         old = content if parent is None else parent[key]
-        assert isinstance(old, str) and leaf_size > threshold
+        assert isinstance(old, str)
         new = longest_prefix(old, threshold - _MARK_BYTES) + TRUNCATION_MARK
         if parent is None:
             return new

@@ -17,7 +17,7 @@ from langgraph.types import Command
 
 from run_journal.envelope import JsonObject, JsonValue, Normalized, normalize, sha256_hex
 from run_journal.normalization import encode, encode_value
-from run_journal.redact import Redactor, redact_json_text, redacted_text
+from run_journal.redact import Redactor, redact_json_text, redacted_string, redacted_text
 
 LEAD_AGENT: Final = "lead_agent"
 AGENT_PREFIX: Final = "agent:"
@@ -153,7 +153,8 @@ def input_preview(inputs: Any, redact: Redactor) -> str:
         return capped(f"Command(resume={resume})", INPUT_PREVIEW_LIMIT)[0]
     messages = inputs.get("messages") if isinstance(inputs, Mapping) else None
     if isinstance(messages, list) and messages and isinstance(messages[-1], BaseMessage):
-        return capped(message_text(messages[-1]), INPUT_PREVIEW_LIMIT)[0]  # cheap: no full dump
+        text = redacted_string(message_text(messages[-1]), redact)  # cheap: no full dump
+        return capped(text, INPUT_PREVIEW_LIMIT)[0]
     try:
         return capped(redacted_text(encode(inputs), redact), INPUT_PREVIEW_LIMIT)[0]
     except Exception:  # noqa: BLE001 - a preview is best effort
@@ -250,7 +251,10 @@ def error_content(error: BaseException, *, with_traceback: bool) -> JsonObject:
     content: JsonObject = {"error_type": type(error).__name__, "message": message}
     if with_traceback and error.__traceback__ is not None:
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        content["traceback"] = text[-TRACEBACK_LIMIT:]
+        if len(text) > TRACEBACK_LIMIT:  # the end, from a line's start: no key cut in two
+            text = text[-TRACEBACK_LIMIT:]
+            text = text[text.find("\n") + 1:]
+        content["traceback"] = text
     return content
 
 

@@ -35,7 +35,7 @@ from run_journal.envelope import NewEvent, Normalized, new_event_id, sha256_hex,
 from run_journal.journal import payloads as p
 from run_journal.journal.state import LlmCall, MiddlewareHook, NestedAgent, RunState, Scope, ToolRun
 from run_journal.normalization import encode
-from run_journal.redact import Redactor, redacted_text
+from run_journal.redact import Redactor, redacted_string, redacted_text
 from run_journal.runs import TERMINAL_STATUSES, RowSnapshot, RunRow, RunStatus
 from run_journal.usage.reading import extract_usage, model_name_of, provider_of, usage_from_mapping
 from run_journal.usage.tally import PricingOption, RunTally, cap_text
@@ -544,7 +544,7 @@ class RunRecorder:
         human = next((m for m in reversed(messages) if p.is_visible_human(m)), None)  # this turn's
         if human is not None:
             self.tally.messages += 1
-            self.tally.first_human = cap_text(p.message_text(human))
+            self.tally.first_human = cap_text(redacted_string(p.message_text(human), self.redact))
             self._emit("llm.human.input", self._message_payload(human),
                        {"caller": state.caller, "message_id": human.id})
 
@@ -571,7 +571,7 @@ class RunRecorder:
         self.changed = True
         text = p.message_text(message)
         if text and (call.caller == p.LEAD_AGENT or call.caller.startswith(p.AGENT_PREFIX)):
-            self.tally.last_ai = cap_text(text)
+            self.tally.last_ai = cap_text(redacted_string(text, self.redact))
         tool_calls = getattr(message, "tool_calls", None) or []
         if tool_calls and not text and all(self._is_handoff(c.get("name")) for c in tool_calls):
             meta["handoff"] = True  # routing between agents, not a reply: out of thread history
@@ -680,7 +680,9 @@ class RunRecorder:
                            {"interrupts": p.interrupt_payload(state.interrupts.values())})
         else:
             content = {**p.error_content(error, with_traceback=True), "node": state.error_node}
-            self._terminal("run.error", RunStatus.ERROR, content, error=str(content["message"]))
+            redacted = Normalized.from_text(self._redacted_json(content))  # the row shows what is stored
+            message = redacted.value["message"] if isinstance(redacted.value, dict) else content["message"]
+            self._terminal("run.error", RunStatus.ERROR, redacted, error=str(message))
 
 
 def _build_row(tally: RunTally, **fields: Any) -> RunRow:
