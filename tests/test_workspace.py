@@ -582,3 +582,15 @@ async def test_a_run_that_writes_files_records_its_changes_through_the_journal(
     review = await latest_workspace_changes(store, "ws-thread", journal.run_id)
     assert review["summary_text"] == "1 file(s) changed +1 -0"
     assert review["workspace_changes"]["files"][0]["path"] == "README.md"
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_importing_the_workspace_helpers_loads_no_callback_stack() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, run_journal.workspace; "
+            "print(sorted(m for m in ('langchain_core', 'langgraph', 'run_journal.journal.handler') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

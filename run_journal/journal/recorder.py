@@ -34,6 +34,7 @@ from run_journal.catalog import (
 from run_journal.envelope import NewEvent, Normalized, new_event_id, sha256_hex, utc_now, validate_id
 from run_journal.journal import payloads as p
 from run_journal.journal.state import LlmCall, MiddlewareHook, NestedAgent, RunState, Scope, ToolRun
+from run_journal.journal.subagents import subagent_run_event
 from run_journal.normalization import encode
 from run_journal.redact import Redactor, redacted_string, redacted_text
 from run_journal.runs import TERMINAL_STATUSES, RowSnapshot, RunRow, RunStatus
@@ -352,18 +353,18 @@ class RunRecorder:
             self._note_interrupts(error)
             return
         if tool.call_id is not None:
-            text = p.capped(f"{type(error).__name__}: {error}", p.ERROR_TEXT_LIMIT)[0]
+            fields = p.tool_error_fields(error)
             earlier = self.state.failed_tries.get(tool.call_id)
-            self.state.failed_tries[tool.call_id] = (tool, text, 1 if earlier is None else earlier[2] + 1)
+            self.state.failed_tries[tool.call_id] = (tool, fields, 1 if earlier is None else earlier[2] + 1)
 
     def _settle_failed_tools(self, parent: uuid.UUID | None) -> None:
         """Failed tries under ``parent`` (every one when None) that no retry answered are errors."""
-        for call_id, (tool, text, tries) in list(self.state.failed_tries.items()):
+        for call_id, (tool, fields, tries) in list(self.state.failed_tries.items()):
             if parent is None or tool.parent == parent:
                 del self.state.failed_tries[call_id]
                 self.state.errored_calls.add(call_id)
                 attempts = {"attempts": tries} if tries > 1 else {}
-                self._outcome(call_id, tool.name, tool.caller, "error", tool, error=text, **attempts)
+                self._outcome(call_id, tool.name, tool.caller, "error", tool, **fields, **attempts)
 
     # -- recorders ---------------------------------------------------------------------------------
     def record(self, event_type: str, content: Any, metadata: Mapping[str, Any] | None,
@@ -446,8 +447,6 @@ class RunRecorder:
 
     def _task_chunk(self, task: NestedAgent, kind: str, **fields: Any) -> None:
         """A subagent event shaped exactly as the ``task_*`` chunk mapper shapes it."""
-        from run_journal.subagents import subagent_run_event  # subagents imports the journal lazily too
-
         if task.mirrored:
             return
         mapped = subagent_run_event({"type": kind, "task_id": task.task_id, **fields}, redact=self.redact)
@@ -528,7 +527,7 @@ class RunRecorder:
         self.changed = True
         resuming = p.is_resume(inputs)
         user_meta = {k: v for k, v in (metadata or {}).items() if k not in p.LANGGRAPH_KEYS}
-        content = {"run_name": name, "input_preview": p.input_preview(inputs, self.redact),
+        content = {"run_name": name, **p.input_preview_fields(inputs, self.redact),
                    "resumed_from": self.resumed_from}
         meta = {"caller": state.caller, "langgraph": p.bounded(identity),
                 "tags": list(tags or []), "run_metadata": p.bounded(user_meta),
@@ -638,8 +637,6 @@ class RunRecorder:
         """Before a terminal event: settle failed tool tries, close unfinished subagent tasks and
         (optionally) unanswered calls."""
         self._settle_failed_tools(None)
-        from run_journal.subagents import subagent_run_event  # subagents imports the journal lazily too
-
         for task_id in list(self.state.open_tasks):
             mapped = subagent_run_event({"type": "task_cancelled", "task_id": task_id,
                                          "closed_by_journal": True}, redact=self.redact)
