@@ -158,7 +158,7 @@ async def test_a_chinese_message_and_a_multi_byte_tool_result_keep_their_beginni
 ) -> None:
     message = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(150_000))  # 439 KiB of CJK
     assert len(message.encode()) // 1024 == 439
-    result = ("结果 🧵 é\u0301 " * 400_000)[: 2_000_000]  # 2 M characters, about 6 MB
+    result = ("结果 🧵 é\u0301 " * 400_000)[: 2_000_000]  # 2 M characters, 4.25 MB
 
     @tool
     def fetch(n: int) -> str:
