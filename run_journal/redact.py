@@ -64,9 +64,9 @@ FREE_TEXT_KEYS: Final = frozenset({
     "error", "errors", "exception", "message", "result", "stderr", "stdout", "traceback",
 })
 """Keys whose values (at any depth) are free text a program wrote: searched for ``key=value``."""
-TOOL_KINDS: Final = frozenset({"tool"})
-"""A mapping whose ``type`` (a LangChain tool message) or ``kind`` (a subagent step) is one of these
-holds what a tool returned: all its text is searched for ``key=value``."""
+TOOL_KIND: Final = "tool"
+"""A mapping whose ``type`` (a LangChain tool message) or ``kind`` (a subagent step) is this holds
+what a tool returned: all its text is searched for ``key=value``."""
 
 _KEY_CHARACTERS: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_.-")
 """What a key written out in free text is made of (lower-cased)."""
@@ -97,11 +97,11 @@ def _redacted(value: Any, free_text: bool) -> Any:
     if kind is str:
         return _redacted_string(value, free_text) if free_text or value.startswith(_MAY_OPEN_JSON) else value
     if kind is dict or isinstance(value, Mapping):
-        if not free_text and (value.get("type") in TOOL_KINDS or value.get("kind") in TOOL_KINDS):
+        if not free_text and (value.get("type") == TOOL_KIND or value.get("kind") == TOOL_KIND):
             free_text = True
         copy: dict[Any, Any] = {}
         for key, item in value.items():
-            if type(key) is str and _is_secret_name(key):
+            if isinstance(key, str) and _is_secret_name(key):
                 copy[key] = REDACTED
             elif type(item) is str:
                 if key in JSON_TEXT_KEYS and item:
@@ -124,9 +124,16 @@ _MAY_OPEN_JSON: Final = ("{", "[", " ", "\n", "\r", "\t")
 """What a string that is JSON text (an object or an array) starts with."""
 
 
+def _opens_json(text: str) -> bool:
+    """Could ``text`` be a JSON object or array? (its first character that is not a space)"""
+    if text.startswith(("{", "[")):
+        return True
+    return text[:1].isspace() and text.lstrip()[:1] in ("{", "[")
+
+
 def _redacted_string(text: str, free_text: bool) -> str:
     """A string leaf: JSON text redacted as the value it encodes; in free text, assignments hidden."""
-    if text.lstrip()[:1] in ("{", "["):
+    if _opens_json(text):
         try:
             parsed = json.loads(text)
         except (ValueError, RecursionError):  # not JSON after all (or cut short): read as free text
@@ -248,7 +255,7 @@ def redacted_text(text: str, redact: Redactor) -> str:
 
 def redacted_string(text: str, redact: Redactor) -> str:
     """``redact`` applied to a bare text (a preview, a run row's first or last message)."""
-    if redact is no_redaction or (redact is redact_secrets and not text.startswith(_MAY_OPEN_JSON)):
+    if redact is no_redaction or (redact is redact_secrets and not _opens_json(text)):
         return text
     redacted = redact(text)
     return redacted if isinstance(redacted, str) else encode(redacted)

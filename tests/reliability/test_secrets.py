@@ -349,3 +349,77 @@ async def test_every_planted_place_is_journaled_when_redaction_is_off() -> None:
     assert failed is not None
     assert failed.error is not None
     assert SECRET in failed.error
+
+
+# -- the rules of the default redactor, one by one ------------------------------------------------
+
+R = "[redacted]"
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    # free text a program wrote: values of credential-named assignments, bearer tokens
+    ({"error": "login refused: password=hunter2, retry"}, {"error": f"login refused: password={R}, retry"}),
+    ({"message": "connect(dsn='db', password=\"hunter2\")"},
+     {"message": f"connect(dsn='db', password=\"{R}\")"}),
+    ({"traceback": "Authorization: Bearer abc.def-123"}, {"traceback": f"Authorization: Bearer {R}"}),
+    ({"error": "{'Authorization': 'Basic dXNlcjpwYXNz'}"}, {"error": f"{{'Authorization': '{R}'}}"}),
+    ({"stderr": "curl -H 'X-Api-Key: sk-123' https://x"}, {"stderr": f"curl -H 'X-Api-Key: {R}' https://x"}),
+    ({"result": "?api_key=abc&page=2 clientSecret: xyz"},
+     {"result": f"?api_key={R}&page=2 clientSecret: {R}"}),
+    ({"error": '"access_token": "sk-cut-sh'}, {"error": f'"access_token": "{R}'}),  # its quote cut off
+    ({"error": "refused bearer sk-PLANTED-9f27c1e4"}, {"error": f"refused bearer {R}"}),
+    ({"error": "Authorization: token ghp_abc"}, {"error": f"Authorization: token {R}"}),
+    ({"error": "max_tokens=100 monkey=banana input_tokens: 5"},
+     {"error": "max_tokens=100 monkey=banana input_tokens: 5"}),  # not credentials
+    # what a tool returned: its message's text, a subagent's tool step
+    ({"type": "tool", "content": "export PASSWORD=s3cret"},
+     {"type": "tool", "content": f"export PASSWORD={R}"}),
+    ({"kind": "tool", "text": "db.password = s3cret;"}, {"kind": "tool", "text": f"db.password = {R};"}),
+    # JSON text anywhere is read as the value it encodes; kept as written when nothing is hidden
+    ({"type": "human", "content": '{"api_key": "sk-1", "n": 2}'},
+     {"type": "human", "content": f'{{"api_key":"{R}","n":2}}'}),
+    ({"note": ' [{"refresh_token": "x"}]'}, {"note": f'[{{"refresh_token":"{R}"}}]'}),
+    ({"note": '{"n": 2,  "spaced": true}'}, {"note": '{"n": 2,  "spaced": true}'}),
+    # prose people and models write is kept as written
+    ({"type": "ai", "content": "token: a unit of text; password=hunter2"},
+     {"type": "ai", "content": "token: a unit of text; password=hunter2"}),
+    # odd shapes never break the pass
+    ({"type": {"not": "hashable"}, "error": "pwd=1"}, {"type": {"not": "hashable"}, "error": f"pwd={R}"}),
+    ({"error": "[" * 3000 + "]" * 3000}, {"error": "[" * 3000 + "]" * 3000}),
+    ({"error": "İ password=x ẞ"}, {"error": f"İ password={R} ẞ"}),  # lower case of another length
+])
+def test_the_default_redactor_hides_what_it_must_and_keeps_the_rest(value: Any, expected: Any) -> None:
+    from run_journal.normalization import encode
+    from run_journal.redact import redact_secrets, redacted_text
+
+    assert redact_secrets(value) == expected
+    assert redact_secrets(expected) == expected  # a second pass changes nothing
+    assert json.loads(redacted_text(encode(value), redact_secrets)) == expected
+
+
+FRAGMENTS = ["password", "Authorization", "Bearer ", "api_key", "token", "TOKEN", "=", ": ", "'", '"', "{",
+             "}", "[", "]", ",", " ", "\n", "\t", "\\", "sk-123456789", "monkey", "İ", "x"]
+fragment_texts = st.lists(st.sampled_from(FRAGMENTS), max_size=12).map("".join)
+redaction_inputs = st.recursive(
+    st.one_of(fragment_texts, st.integers(), st.none()),
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.dictionaries(st.one_of(st.sampled_from(["error", "message", "content", "type", "kind", "text",
+                                                   "args", "note", "traceback"]), fragment_texts),
+                        children, max_size=3),
+        st.builds(lambda kind, inner: {"type": kind, "content": inner},
+                  st.sampled_from(["tool", "ai"]), children),
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=redaction_inputs)
+def test_the_quick_check_never_skips_a_text_the_walk_would_change(value: Any) -> None:
+    """The pass skips the walk for text without any hint: it must give exactly what the walk gives."""
+    from run_journal.normalization import encode, loads
+    from run_journal.redact import redact_secrets, redacted_text
+
+    text = encode(value)
+    assert redacted_text(text, redact_secrets) == encode(redact_secrets(loads(text)))
