@@ -2,9 +2,9 @@
 
 Take a ``WorkspaceSnapshot`` of the agent's folder before the run and record the difference after it:
 one ``workspace_changes`` event lists the files created, modified and deleted, with bounded unified
-diffs (secrets such as ``.env`` are listed with their size and sha256 only, never their content). A
-reviewer reads it back with ``latest_workspace_changes``. The workspace here is ``./workspace`` under
-the current directory.
+diffs (secrets such as ``.env`` are listed with their path, status and size only: no content, no
+hash). A reviewer reads it back with ``latest_workspace_changes``. The workspace here is
+``./workspace`` under the current directory.
 
     python examples/workspace_changes.py
 """
@@ -93,8 +93,8 @@ async def main() -> None:
             print(f"  {entry['status']:<8} {entry['path']:<10} +{entry['additions']} -{entry['deletions']}"
                   + (f" ({', '.join(flags)})" if flags else ""))
         secret = next(entry for entry in review["workspace_changes"]["files"] if entry["sensitive"])
-        print(f"{secret['path']}: {secret['size_after']} bytes, sha256 {secret['sha256_after'][:12]}..., "
-              f"content not recorded")
+        print(f"{secret['path']}: {secret['size_after']} bytes, content and hash not recorded"
+              f" (sha256_after: {secret['sha256_after']})")
         diff = next(entry["diff"] for entry in review["workspace_changes"]["files"]
                     if entry["path"] == "app.py")
         print("diff of app.py:")

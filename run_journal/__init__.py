@@ -21,11 +21,11 @@ from run_journal.writer import JournalError, JournalStats, RetryPolicy, StoreTim
 
 if TYPE_CHECKING:
     from run_journal.journal import AsyncRunJournal, RunJournal
+    from run_journal.journal.subagents import subagent_run_event, wrap_subagent_stream
     from run_journal.stores.jsonl import JsonlRunEventStore
     from run_journal.stores.memory import MemoryRunEventStore
     from run_journal.stores.redis import RedisRunEventStore
     from run_journal.stores.sql import SqlRunEventStore
-    from run_journal.subagents import subagent_run_event, wrap_subagent_stream
     from run_journal.workspace import (
         WorkspaceLimits,
         WorkspaceSnapshot,
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "AsyncRunJournal": "run_journal.journal",
     "RunJournal": "run_journal.journal",
-    "subagent_run_event": "run_journal.subagents",
-    "wrap_subagent_stream": "run_journal.subagents",
+    "subagent_run_event": "run_journal.journal.subagents",
+    "wrap_subagent_stream": "run_journal.journal.subagents",
     "WorkspaceLimits": "run_journal.workspace",
     "WorkspaceSnapshot": "run_journal.workspace",
     "arecord_workspace_changes": "run_journal.workspace",

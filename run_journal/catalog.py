@@ -18,6 +18,12 @@ EVENT_TYPE_MAX_LENGTH: Final = 32
 CATEGORY_MAX_LENGTH: Final = 16
 MIDDLEWARE_PREFIX: Final = "middleware:"
 MIDDLEWARE_TAG_MAX_LENGTH: Final = EVENT_TYPE_MAX_LENGTH - len(MIDDLEWARE_PREFIX)  # 21
+LEAD_AGENT: Final = "lead_agent"
+"""``metadata.caller`` of what the run's own agent did; the others are ``subagent:<name>`` (an agent
+run as a tool call: a task), ``agent:<name>`` (a named agent graph running as a node: a supervisor's
+worker, a swarm's agent) and ``middleware:<name>``."""
+SUBAGENT_PREFIX: Final = "subagent:"
+AGENT_PREFIX: Final = "agent:"
 ID_MAX_LENGTH: Final = 255
 """Longest thread, run, user or event id a store accepts (ids become paths, keys and columns)."""
 TASK_ID_MAX_LENGTH: Final = ID_MAX_LENGTH

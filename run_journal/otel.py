@@ -50,6 +50,7 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError("run_journal.otel needs the otel extra: pip install 'run-journal[otel]'") from error
 
+from run_journal.catalog import LEAD_AGENT, TERMINAL_RUN_EVENTS
 from run_journal.runs import RunRow, status_of
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_SPAN_EVENTS: Final = 1000
 """Span events kept per span (a long subagent's steps); the SDK counts the rest as dropped."""
 MAX_ATTRIBUTE_LENGTH: Final = 4096
-LEAD: Final = "lead_agent"
+LEAD: Final = LEAD_AGENT
 SAMPLED: Final = trace_api.TraceFlags(trace_api.TraceFlags.SAMPLED)
 
 
@@ -402,7 +403,7 @@ def _interrupts(body: Mapping[str, Any]) -> dict[str, Any]:
     return _clean({"run_journal.interrupt.count": len(items), "run_journal.interrupt.ids": ids or None})
 
 
-_TERMINAL: Final = frozenset({"run.end", "run.error", "run.interrupt", "run.cancel"})
+_TERMINAL: Final = TERMINAL_RUN_EVENTS
 _HANDLERS: Final = {
     "llm.ai.response": _Planner._model_call,
     "llm.error": _Planner._model_call,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import traceback
 from typing import Any
 
 import pytest
@@ -133,3 +134,144 @@ def test_tool_messages_are_found_in_every_shape_of_node_output() -> None:
     assert p.tool_messages({"messages": [("messages", [third])]}) == [third]
     assert p.tool_messages([Command(update=[("messages", [first])]), second]) == [first, second]
     assert p.tool_messages({"messages": "not a list"}) == []
+
+
+# -- one payload toolkit for every producer ------------------------------------------------------
+
+
+def test_a_cut_text_keeps_its_first_characters_and_says_so_beside_it() -> None:
+    assert p.capped("abcdef", 6) == ("abcdef", False)
+    assert p.capped("abcdef", 4) == ("abcd", True)  # a prefix: no ellipsis added
+    assert p.text_fields("error", "abc", 5) == {"error": "abc"}  # the flag only when cut
+    assert p.text_fields("error", "abcdef", 5) == {"error": "abcde", "error_truncated": True}
+    error = ValueError("e" * (p.ERROR_TEXT_LIMIT + 10))
+    content = p.error_content(error, with_traceback=False)
+    assert content == {"error_type": "ValueError", "message": "e" * p.ERROR_TEXT_LIMIT,
+                       "message_truncated": True}
+    assert p.tool_error_fields(error)["error"] == f"ValueError: {'e' * (p.ERROR_TEXT_LIMIT - 12)}"
+
+
+def test_a_long_traceback_keeps_its_end_from_a_line_start() -> None:
+    def ping(n: int) -> None:  # two functions in turn: Python shortens no repeated frame
+        if n:
+            pong(n - 1)
+        raise RuntimeError("the end")
+
+    def pong(n: int) -> None:
+        ping(n)
+
+    try:
+        ping(200)
+    except RuntimeError as error:
+        content = p.error_content(error, with_traceback=True)
+        full = "".join(traceback.format_exception(error))
+    text = content["traceback"]
+    assert isinstance(text, str)
+    assert content["traceback_truncated"] is True
+    assert p.TRACEBACK_LIMIT - 200 < len(text) <= p.TRACEBACK_LIMIT
+    assert full.endswith(text)
+    assert full[-len(text) - 1] == "\n"  # it starts at a line's start, not in the middle of one
+
+
+BLOCKS: list[Any] = [
+    "plain ", {"type": "text", "text": "typed "}, {"type": "output_text", "text": "responses "},
+    {"text": "untyped"}, {"type": "image_url", "image_url": {"url": "data:x"}},
+    {"type": "reasoning", "text": "not shown"}, {"type": "tool_use", "id": "t", "input": {}},
+    {"type": "text", "text": 5},
+]
+
+
+def test_a_message_text_is_the_same_for_the_journal_and_the_subagent_mapper() -> None:
+    from run_journal.journal.subagents import subagent_run_event
+
+    message = AIMessage(content=BLOCKS)
+    assert p.message_text(message) == "plain typed responses untyped"
+    step = subagent_run_event({"type": "task_running", "task_id": "t", "message_index": 0,
+                               "message": message})
+    assert step is not None
+    assert step["content"]["text"] == p.message_text(message)
+
+
+@pytest.mark.parametrize("args", [
+    {"q": "deer", "api_key": "sk-1"}, '{"password": "pw", "n": 1}', "not json password=pw", None, {},
+    {"blob": "y" * (p.ARGS_PREVIEW_LIMIT + 50)},
+], ids=["dict", "json-text", "free-text", "none", "empty", "long"])
+def test_a_tool_call_is_previewed_alike_by_the_journal_and_the_subagent_mapper(args: Any) -> None:
+    from run_journal.journal.subagents import subagent_run_event
+
+    call = {"name": "f", "args": args, "id": "c1"}
+    step = subagent_run_event({"type": "task_running", "task_id": "t", "message_index": 0,
+                               "message": {"type": "ai", "content": "", "tool_calls": [call]}})
+    assert step is not None
+    (listed,) = step["content"]["tool_calls"]
+    preview, cut = p.args_preview(args, redact_secrets)
+    assert (listed["args_preview"], listed["args_truncated"]) == (preview, cut)
+    assert "sk-1" not in preview
+    assert "pw" not in preview or "characters of non-JSON" in preview
+    assert len(preview) <= p.ARGS_PREVIEW_LIMIT
+
+
+async def test_a_journaled_run_flags_what_it_cut() -> None:
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.tools import tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from run_journal import RunJournal, open_store
+
+    @tool
+    def fail(n: int) -> str:
+        """Fails with a long message."""
+        raise ValueError("x" * 5000)
+
+    model = GenericFakeChatModel(messages=iter([
+        AIMessage("", tool_calls=[{"name": "fail", "args": {"n": 1}, "id": "c1"}]), AIMessage("ok")]))
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode([fail], handle_tool_errors=True))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    question = "q" * 600
+    async with open_store("memory://") as store:
+        async with RunJournal(store, thread_id="cut") as journal:
+            await builder.compile().ainvoke({"messages": [HumanMessage(question)]},
+                                            config={"callbacks": [journal]})
+        events = {e.event_type: e.content for e in await store.list_events("cut")}
+    start, outcome = events["run.start"], events["tool.outcome"]
+    assert isinstance(start, dict)
+    assert isinstance(outcome, dict)
+    assert start["input_preview"] == question[: p.INPUT_PREVIEW_LIMIT]
+    assert start["input_preview_truncated"] is True
+    assert outcome["error_truncated"] is True
+    assert outcome["error"] == ("ValueError: " + "x" * 5000)[: p.ERROR_TEXT_LIMIT]
+
+
+def test_contract_values_are_spelled_once_in_the_catalog() -> None:
+    from pathlib import Path
+
+    from run_journal import catalog, otel
+
+    package = Path(catalog.__file__).parent
+    spelled = sorted(path.relative_to(package).as_posix() for path in package.rglob("*.py")
+                     if '"lead_agent"' in path.read_text("utf-8"))
+    assert spelled == ["catalog.py"]
+    assert otel._TERMINAL is catalog.TERMINAL_RUN_EVENTS
+    assert p.LEAD_AGENT is catalog.LEAD_AGENT
+
+
+async def test_every_producer_helper_takes_the_one_journal_interface() -> None:
+    from run_journal import open_store, workspace
+    from run_journal import subagents as old_path
+    from run_journal.journal import RunJournal
+    from run_journal.journal.producer import ProducerJournal
+
+    assert workspace.EventJournal is ProducerJournal
+    assert old_path.SubagentJournal is ProducerJournal
+    async with open_store("memory://") as store, RunJournal(store) as journal:
+        assert isinstance(journal, ProducerJournal)
+    assert not isinstance(object(), ProducerJournal)

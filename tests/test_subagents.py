@@ -16,8 +16,7 @@ from langgraph.prebuilt import ToolNode
 
 from run_journal.contract import validate_record
 from run_journal.envelope import NewEvent, RunEvent
-from run_journal.redact import no_redaction
-from run_journal.subagents import (
+from run_journal.journal.subagents import (
     DESCRIPTION_LIMIT,
     ERROR_TEXT_LIMIT,
     MAX_TOOL_CALLS,
@@ -27,6 +26,7 @@ from run_journal.subagents import (
     subagent_run_event,
     wrap_subagent_stream,
 )
+from run_journal.redact import no_redaction
 
 
 def valid(mapped: dict[str, Any] | None) -> dict[str, Any]:
@@ -283,6 +283,18 @@ class _Exploding(dict[str, Any]):
 )
 def test_malformed_chunks_map_to_none(chunk: Any) -> None:
     assert subagent_run_event(chunk) is None
+
+
+def test_the_first_module_name_and_the_package_names_stay_importable() -> None:
+    import run_journal
+    from run_journal import subagents as first_name
+    from run_journal.journal import subagents
+
+    for name in first_name.__all__:
+        if name != "SubagentJournal":
+            assert getattr(first_name, name) is getattr(subagents, name)
+    assert run_journal.subagent_run_event is subagent_run_event
+    assert run_journal.wrap_subagent_stream is wrap_subagent_stream
 
 
 # -- stream wrapper ------------------------------------------------------------------------------

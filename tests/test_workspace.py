@@ -208,14 +208,15 @@ def test_names_that_look_like_credentials_are_sensitive_by_word_not_substring(
 
 
 @pytest.mark.parametrize("name", SENSITIVE_NAMES)
-def test_sensitive_files_are_listed_with_size_and_hash_only(tmp_path: Path, name: str) -> None:
+def test_sensitive_files_are_listed_by_path_status_and_size_only(tmp_path: Path, name: str) -> None:
     first, second = f"KEY={SECRET}\n".encode(), f"KEY={SECRET}-rotated-and-longer\n".encode()
     write(tmp_path / name, first)
     journal = RecordingJournal()
     before = WorkspaceSnapshot.capture(tmp_path)
     (state,) = before.files.values()
-    assert (state.sensitive, state.text, state.binary) == (True, None, False)  # hashed, never kept
-    assert state.sha256 == hashlib.sha256(first).hexdigest()
+    assert (state.sensitive, state.text, state.binary, state.sha256) == (True, None, False, None)
+    assert state.fingerprint is not None  # keyed: it is not the plain hash a guess could confirm
+    assert state.fingerprint != hashlib.sha256(first).hexdigest()
     assert SECRET not in repr(before)
     write(tmp_path / name, second)
     payload = record_workspace_changes(journal, before)
@@ -224,10 +225,14 @@ def test_sensitive_files_are_listed_with_size_and_hash_only(tmp_path: Path, name
     assert (entry["status"], entry["sensitive"], entry["binary"]) == ("modified", True, False)
     assert (entry["diff"], entry["additions"], entry["deletions"]) == (None, 0, 0)
     assert [entry[key] for key in ("size_before", "size_after", "sha256_before", "sha256_after")] == [
-        len(first), len(second), hashlib.sha256(first).hexdigest(), hashlib.sha256(second).hexdigest()
+        len(first), len(second), None, None
     ]
     assert journal.records[0]["content"] == "1 file(s) changed +0 -0"
-    assert SECRET not in json.dumps(journal.records)
+    recorded = json.dumps(journal.records)
+    assert SECRET not in recorded
+    for data in (first, second):  # neither the plain hash nor the keyed one is written
+        assert hashlib.sha256(data).hexdigest() not in recorded
+    assert state.fingerprint not in recorded
 
 
 def test_a_secret_the_scan_may_not_read_is_still_listed_by_size(
@@ -274,7 +279,7 @@ def test_a_rotated_secret_of_the_same_size_and_mtime_is_a_change(tmp_path: Path)
     assert payload is not None
     entry = by_path(payload)[".env"]
     assert (entry["status"], entry["sensitive"], entry["diff"]) == ("modified", True, None)
-    assert entry["sha256_before"] != entry["sha256_after"]
+    assert (entry["sha256_before"], entry["sha256_after"]) == (None, None)  # told apart by the keyed hash
 
 
 def test_symlink_outside_the_root_is_recorded_never_followed(tmp_path: Path) -> None:
@@ -513,6 +518,43 @@ async def test_payload_reads_back_the_same_from_every_store(tmp_path: Path, stor
     assert review["workspace_changes"] == json.loads(json.dumps(payload))
 
 
+async def test_a_sensitive_file_reaches_no_store_with_a_hash(tmp_path: Path, store: RunEventStore) -> None:
+    """Through a journaled run on every backend: the file is listed, its content and its hashes
+    (plain and keyed) are in no stored event."""
+    journal = pytest.importorskip("run_journal.journal").RunJournal(store, thread_id="ws-secret")
+    write(tmp_path / ".env", "API_KEY=abcd\n")
+    write(tmp_path / "notes.md", "one\n")
+    rotated = b"API_KEY=wxyz\n"
+
+    def edit(state: MessagesState) -> dict[str, Any]:
+        write(tmp_path / ".env", rotated)
+        write(tmp_path / "notes.md", "one\ntwo\n")
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("edit", edit)
+    builder.add_edge(START, "edit")
+    builder.add_edge("edit", END)
+    async with journal:
+        before = await WorkspaceSnapshot.acapture(tmp_path)
+        await builder.compile().ainvoke({"messages": []}, config={"callbacks": [journal]})
+        await arecord_workspace_changes(journal, before)
+    after = await WorkspaceSnapshot.acapture(tmp_path)
+    events = await store.list_events("ws-secret", journal.run_id)
+    stored = "\n".join(json.dumps(event.to_dict()) for event in events)
+    (change,) = [event.metadata["workspace_changes"] for event in events
+                 if event.event_type == "workspace_changes"]
+    assert isinstance(change, dict)
+    files = {entry["path"]: entry for entry in change["files"]}  # type: ignore[index, union-attr]
+    assert set(files) == {".env", "notes.md"}
+    assert (files[".env"]["status"], files[".env"]["size_after"], files[".env"]["sha256_after"]) == (
+        "modified", len(rotated), None)
+    assert files["notes.md"]["sha256_after"] is not None  # ordinary files keep theirs
+    for text in ("abcd", "wxyz", hashlib.sha256(b"API_KEY=abcd\n").hexdigest(),
+                 hashlib.sha256(rotated).hexdigest(), str(after.files[(str(tmp_path), ".env")].fingerprint)):
+        assert text not in stored
+
+
 async def test_a_run_that_writes_files_records_its_changes_through_the_journal(
     tmp_path: Path, store: RunEventStore
 ) -> None:
@@ -540,3 +582,15 @@ async def test_a_run_that_writes_files_records_its_changes_through_the_journal(
     review = await latest_workspace_changes(store, "ws-thread", journal.run_id)
     assert review["summary_text"] == "1 file(s) changed +1 -0"
     assert review["workspace_changes"]["files"][0]["path"] == "README.md"
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_importing_the_workspace_helpers_loads_no_callback_stack() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, run_journal.workspace; "
+            "print(sorted(m for m in ('langchain_core', 'langgraph', 'run_journal.journal.handler') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

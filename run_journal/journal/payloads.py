@@ -1,7 +1,20 @@
-"""Pure helpers that turn LangChain / LangGraph callback arguments into event payloads.
+"""The payload toolkit: pure helpers that turn LangChain / LangGraph values into event payloads.
 
-Kept apart from the recorder so that it reads as a state machine: nothing here
-touches journal state, locks or stores, and everything is cheap enough for the callback hot path.
+The recorder (callbacks) and the subagent chunk mapper build their events with these, so a value is
+shaped one way wherever it appears. Kept apart from the recorder so that it reads as a state machine:
+nothing here touches journal state, locks or stores, and everything is cheap enough for the callback
+hot path. The rules every producer follows:
+
+- a text cut to a limit keeps its first ``limit`` characters exactly (a prefix, no ellipsis added),
+  and the payload says so in a boolean beside it: ``<field>_truncated`` (``args_truncated`` for
+  ``args_preview``, ``truncated`` for a subagent step's ``text``); a field that has no such flag in
+  the contract gets one only when it was cut; a traceback keeps its end instead, from a line's start;
+- the text of a message is its string content, or the text of its content blocks: plain strings and
+  blocks of type ``text`` or ``output_text`` (or without a type) whose ``text`` is a string; images,
+  tool uses, reasoning and other blocks are not text;
+- a tool call's arguments are previewed as their redacted JSON text (JSON given as text is parsed
+  first, text that is not JSON is replaced by its length, none is ``{}``), cut at
+  ``ARGS_PREVIEW_LIMIT`` characters, wherever the call appears (``tool.call``, ``subagent.step``).
 """
 
 from __future__ import annotations
@@ -15,24 +28,26 @@ from langchain_core.messages import BaseMessage, ToolMessage, convert_to_message
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.types import Command
 
-from run_journal.envelope import JsonObject, JsonValue, Normalized, normalize, sha256_hex
+from run_journal.catalog import AGENT_PREFIX as AGENT_PREFIX  # re-exported: the recorder names them p.*
+from run_journal.catalog import LEAD_AGENT as LEAD_AGENT
+from run_journal.catalog import MIDDLEWARE_PREFIX, SUBAGENT_PREFIX
+from run_journal.envelope import JsonObject, JsonValue, Normalized, dumps, normalize, sha256_hex
 from run_journal.normalization import encode, encode_value
-from run_journal.redact import Redactor, redact_json_text, redacted_text
+from run_journal.redact import Redactor, redact_json_text, redacted_string, redacted_text
 
-LEAD_AGENT: Final = "lead_agent"
-AGENT_PREFIX: Final = "agent:"
-"""The caller of a named agent graph running as a graph node: ``agent:<name>`` (a supervisor's
-worker, a swarm's agent), beside ``subagent:<name>`` (an agent run as a tool call: a task)."""
-CALLER_PREFIXES: Final = ("subagent:", "middleware:", AGENT_PREFIX)
+CALLER_PREFIXES: Final = (SUBAGENT_PREFIX, MIDDLEWARE_PREFIX, AGENT_PREFIX)
 """Tags naming a caller explicitly (``RunnableConfig(tags=["subagent:researcher"])``)."""
 HANDOFF_DESTINATION: Final = "__handoff_destination"
 """Tool metadata of langgraph-supervisor's and langgraph-swarm's handoff tools: the agent it goes to."""
 HANDOFF_TOOL_PREFIXES: Final = ("transfer_to_", "transfer_back_to_")
 """How those libraries name their handoff tools by default."""
 ARGS_PREVIEW_LIMIT: Final = 2000
-"""Characters of a tool call's (redacted) JSON arguments kept in ``tool.call``."""
-ERROR_TEXT_LIMIT: Final = 2000
+"""Characters of a tool call's (redacted) JSON arguments kept as ``args_preview``."""
+ERROR_TEXT_LIMIT: Final = 4000
+"""Characters of an error's text kept (``llm.error`` / ``run.error`` message, a tool's or a task's
+error)."""
 TRACEBACK_LIMIT: Final = 8000
+"""Characters of a traceback kept: its end, from a line's start (``traceback_truncated``)."""
 INPUT_PREVIEW_LIMIT: Final = 500
 OUTPUT_MESSAGES_LIMIT: Final = 100
 """At most this many messages in ``run.end``; beyond it the latest are kept and the cut is flagged."""
@@ -117,7 +132,29 @@ def middleware_changes(output: Any) -> tuple[str, dict[str, Any], Any] | None:
 
 
 def capped(text: str, limit: int) -> tuple[str, bool]:
-    return (text, False) if len(text) <= limit else (text[:limit] + "…", True)
+    """``text`` cut to its first ``limit`` characters, and whether it was cut."""
+    return (text, False) if len(text) <= limit else (text[:limit], True)
+
+
+def text_fields(name: str, text: str, limit: int) -> JsonObject:
+    """``{name: text}`` cut to ``limit`` characters, with ``{name}_truncated: true`` when it was cut."""
+    kept, cut = capped(text, limit)
+    return {name: kept, f"{name}_truncated": True} if cut else {name: kept}
+
+
+def as_text(value: Any) -> str:
+    """A value as text: a string as it is, anything else as its normalized JSON (None: empty)."""
+    if value is None:
+        return ""
+    normalized: JsonValue = normalize(value)
+    return normalized if isinstance(normalized, str) else dumps(normalized)
+
+
+def error_text(error: Any) -> str:
+    """``"<type>: <message>"`` for an exception, the value as text for anything else."""
+    if isinstance(error, BaseException):
+        return f"{type(error).__name__}: {error}"
+    return as_text(error)
 
 
 METADATA_PREVIEW_LIMIT: Final = 16 * 1024
@@ -146,16 +183,20 @@ def is_resume(inputs: Any) -> bool:
     return isinstance(inputs, Command) and inputs.resume is not None
 
 
-def input_preview(inputs: Any, redact: Redactor) -> str:
-    """The start of what the root call was given: the last message's text, or the redacted input."""
+def input_preview_fields(inputs: Any, redact: Redactor) -> JsonObject:
+    """``input_preview`` (and ``input_preview_truncated`` when cut): the start of what the root call
+    was given, the last message's text or the redacted input."""
+    return text_fields("input_preview", _input_text(inputs, redact), INPUT_PREVIEW_LIMIT)
+
+
+def _input_text(inputs: Any, redact: Redactor) -> str:
     if isinstance(inputs, Command):
-        resume = redacted_text(encode(inputs.resume), redact)
-        return capped(f"Command(resume={resume})", INPUT_PREVIEW_LIMIT)[0]
+        return f"Command(resume={redacted_text(encode(inputs.resume), redact)})"
     messages = inputs.get("messages") if isinstance(inputs, Mapping) else None
     if isinstance(messages, list) and messages and isinstance(messages[-1], BaseMessage):
-        return capped(message_text(messages[-1]), INPUT_PREVIEW_LIMIT)[0]  # cheap: no full dump
+        return redacted_string(message_text(messages[-1]), redact)  # cheap: no full dump
     try:
-        return capped(redacted_text(encode(inputs), redact), INPUT_PREVIEW_LIMIT)[0]
+        return redacted_text(encode(inputs), redact)
     except Exception:  # noqa: BLE001 - a preview is best effort
         return ""
 
@@ -183,15 +224,29 @@ def is_visible_human(message: BaseMessage) -> bool:
     return message.name not in {"summary", "summarization"}
 
 
+TEXT_BLOCK_TYPES: Final = frozenset({None, "text", "output_text"})
+"""Content blocks whose ``text`` is the message's text (``None``: a block without a type)."""
+
+
 def message_text(message: BaseMessage) -> str:
-    content = message.content
+    """The text of a message (see the module docstring for which blocks count)."""
+    return content_text(message.content)
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's content: a string, or the text blocks of a content-block list."""
     if isinstance(content, str):
         return content
-    parts = [
-        part if isinstance(part, str) else str(part.get("text", ""))
-        for part in content
-        if isinstance(part, str) or (isinstance(part, Mapping) and part.get("type") == "text")
-    ]
+    if not isinstance(content, list | tuple):
+        return as_text(content)
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, Mapping) and block.get("type") in TEXT_BLOCK_TYPES:
+            text = block.get("text")
+            if isinstance(text, str):
+                parts.append(text)
     return "".join(parts)
 
 
@@ -208,8 +263,11 @@ def message_payload(message: BaseMessage, redact: Redactor) -> Normalized:
 
 
 def args_preview(args: Any, redact: Redactor) -> tuple[str, bool]:
-    """A tool call's arguments as redacted JSON text, capped."""
-    text = redact_json_text(args, redact) if isinstance(args, str) else redacted_text(encode(args), redact)
+    """A tool call's arguments as redacted JSON text, capped (see the module docstring)."""
+    if isinstance(args, str):
+        text = redact_json_text(args, redact)
+    else:
+        text = redacted_text(encode({} if args is None else args), redact)
     return capped(text, ARGS_PREVIEW_LIMIT)
 
 
@@ -246,12 +304,25 @@ def result_digest(output: Any) -> tuple[int, str]:
 
 
 def error_content(error: BaseException, *, with_traceback: bool) -> JsonObject:
-    message, _ = capped(str(error), ERROR_TEXT_LIMIT)
-    content: JsonObject = {"error_type": type(error).__name__, "message": message}
+    """``llm.error`` / ``run.error`` content: ``error_type``, ``message`` and, asked for, the
+    ``traceback`` (its end, from a line's start, so no line or key is cut in two)."""
+    content: JsonObject = {"error_type": type(error).__name__,
+                           **text_fields("message", str(error), ERROR_TEXT_LIMIT)}
     if with_traceback and error.__traceback__ is not None:
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        content["traceback"] = text[-TRACEBACK_LIMIT:]
+        cut = len(text) > TRACEBACK_LIMIT
+        if cut:
+            text = text[-TRACEBACK_LIMIT:]
+            text = text[text.find("\n") + 1:]
+        content["traceback"] = text
+        if cut:
+            content["traceback_truncated"] = True
     return content
+
+
+def tool_error_fields(error: BaseException) -> JsonObject:
+    """A failed tool call's ``error`` for its ``tool.outcome`` (``error_truncated`` when cut)."""
+    return text_fields("error", error_text(error), ERROR_TEXT_LIMIT)
 
 
 def is_bubble_up(error: BaseException) -> bool:

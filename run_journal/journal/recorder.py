@@ -34,8 +34,9 @@ from run_journal.catalog import (
 from run_journal.envelope import NewEvent, Normalized, new_event_id, sha256_hex, utc_now, validate_id
 from run_journal.journal import payloads as p
 from run_journal.journal.state import LlmCall, MiddlewareHook, NestedAgent, RunState, Scope, ToolRun
+from run_journal.journal.subagents import subagent_run_event
 from run_journal.normalization import encode
-from run_journal.redact import Redactor, redacted_text
+from run_journal.redact import Redactor, redacted_string, redacted_text
 from run_journal.runs import TERMINAL_STATUSES, RowSnapshot, RunRow, RunStatus
 from run_journal.usage.reading import extract_usage, model_name_of, provider_of, usage_from_mapping
 from run_journal.usage.tally import PricingOption, RunTally, cap_text
@@ -352,18 +353,18 @@ class RunRecorder:
             self._note_interrupts(error)
             return
         if tool.call_id is not None:
-            text = p.capped(f"{type(error).__name__}: {error}", p.ERROR_TEXT_LIMIT)[0]
+            fields = p.tool_error_fields(error)
             earlier = self.state.failed_tries.get(tool.call_id)
-            self.state.failed_tries[tool.call_id] = (tool, text, 1 if earlier is None else earlier[2] + 1)
+            self.state.failed_tries[tool.call_id] = (tool, fields, 1 if earlier is None else earlier[2] + 1)
 
     def _settle_failed_tools(self, parent: uuid.UUID | None) -> None:
         """Failed tries under ``parent`` (every one when None) that no retry answered are errors."""
-        for call_id, (tool, text, tries) in list(self.state.failed_tries.items()):
+        for call_id, (tool, fields, tries) in list(self.state.failed_tries.items()):
             if parent is None or tool.parent == parent:
                 del self.state.failed_tries[call_id]
                 self.state.errored_calls.add(call_id)
                 attempts = {"attempts": tries} if tries > 1 else {}
-                self._outcome(call_id, tool.name, tool.caller, "error", tool, error=text, **attempts)
+                self._outcome(call_id, tool.name, tool.caller, "error", tool, **fields, **attempts)
 
     # -- recorders ---------------------------------------------------------------------------------
     def record(self, event_type: str, content: Any, metadata: Mapping[str, Any] | None,
@@ -446,8 +447,6 @@ class RunRecorder:
 
     def _task_chunk(self, task: NestedAgent, kind: str, **fields: Any) -> None:
         """A subagent event shaped exactly as the ``task_*`` chunk mapper shapes it."""
-        from run_journal.subagents import subagent_run_event  # subagents imports the journal lazily too
-
         if task.mirrored:
             return
         mapped = subagent_run_event({"type": kind, "task_id": task.task_id, **fields}, redact=self.redact)
@@ -528,7 +527,7 @@ class RunRecorder:
         self.changed = True
         resuming = p.is_resume(inputs)
         user_meta = {k: v for k, v in (metadata or {}).items() if k not in p.LANGGRAPH_KEYS}
-        content = {"run_name": name, "input_preview": p.input_preview(inputs, self.redact),
+        content = {"run_name": name, **p.input_preview_fields(inputs, self.redact),
                    "resumed_from": self.resumed_from}
         meta = {"caller": state.caller, "langgraph": p.bounded(identity),
                 "tags": list(tags or []), "run_metadata": p.bounded(user_meta),
@@ -544,7 +543,7 @@ class RunRecorder:
         human = next((m for m in reversed(messages) if p.is_visible_human(m)), None)  # this turn's
         if human is not None:
             self.tally.messages += 1
-            self.tally.first_human = cap_text(p.message_text(human))
+            self.tally.first_human = cap_text(redacted_string(p.message_text(human), self.redact))
             self._emit("llm.human.input", self._message_payload(human),
                        {"caller": state.caller, "message_id": human.id})
 
@@ -571,7 +570,7 @@ class RunRecorder:
         self.changed = True
         text = p.message_text(message)
         if text and (call.caller == p.LEAD_AGENT or call.caller.startswith(p.AGENT_PREFIX)):
-            self.tally.last_ai = cap_text(text)
+            self.tally.last_ai = cap_text(redacted_string(text, self.redact))
         tool_calls = getattr(message, "tool_calls", None) or []
         if tool_calls and not text and all(self._is_handoff(c.get("name")) for c in tool_calls):
             meta["handoff"] = True  # routing between agents, not a reply: out of thread history
@@ -638,8 +637,6 @@ class RunRecorder:
         """Before a terminal event: settle failed tool tries, close unfinished subagent tasks and
         (optionally) unanswered calls."""
         self._settle_failed_tools(None)
-        from run_journal.subagents import subagent_run_event  # subagents imports the journal lazily too
-
         for task_id in list(self.state.open_tasks):
             mapped = subagent_run_event({"type": "task_cancelled", "task_id": task_id,
                                          "closed_by_journal": True}, redact=self.redact)
@@ -680,7 +677,9 @@ class RunRecorder:
                            {"interrupts": p.interrupt_payload(state.interrupts.values())})
         else:
             content = {**p.error_content(error, with_traceback=True), "node": state.error_node}
-            self._terminal("run.error", RunStatus.ERROR, content, error=str(content["message"]))
+            redacted = Normalized.from_text(self._redacted_json(content))  # the row shows what is stored
+            message = redacted.value["message"] if isinstance(redacted.value, dict) else content["message"]
+            self._terminal("run.error", RunStatus.ERROR, redacted, error=str(message))
 
 
 def _build_row(tally: RunTally, **fields: Any) -> RunRow:

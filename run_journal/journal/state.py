@@ -7,7 +7,8 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from run_journal.envelope import NewEvent
+from run_journal.catalog import LEAD_AGENT
+from run_journal.envelope import JsonObject, NewEvent
 from run_journal.runs import RunStatus
 
 
@@ -100,7 +101,7 @@ class RunState:
     ended_at: datetime | None = None
     status: RunStatus = RunStatus.PENDING
     error: str | None = None
-    caller: str = "lead_agent"
+    caller: str = LEAD_AGENT
     run_name: str | None = None
     chain_names: dict[uuid.UUID, str] = dataclasses.field(default_factory=dict)
     scopes: dict[uuid.UUID, Scope] = dataclasses.field(default_factory=dict)
@@ -119,8 +120,9 @@ class RunState:
     results_done: set[str] = dataclasses.field(default_factory=set)
     outcomes_done: set[str] = dataclasses.field(default_factory=set)
     errored_calls: set[str] = dataclasses.field(default_factory=set)
-    failed_tries: dict[str, tuple[ToolRun, str, int]] = dataclasses.field(default_factory=dict)
-    """tool_call_id -> (tool run, error, tries) for tries that failed and were not retried yet."""
+    failed_tries: dict[str, tuple[ToolRun, JsonObject, int]] = dataclasses.field(default_factory=dict)
+    """tool_call_id -> (tool run, its outcome's error fields, tries) for tries that failed and were not
+    retried yet."""
     open_tasks: dict[str, str] = dataclasses.field(default_factory=dict)
     tree_tasks: set[str] = dataclasses.field(default_factory=set)
     """Tasks journaled from the callback tree: their model calls are counted as they happen, and
@@ -154,7 +156,7 @@ class RunState:
 
     def caller_of_call(self, call_id: str) -> str:
         entry = self.open_calls.get(call_id)
-        return entry[1] if entry else "lead_agent"
+        return entry[1] if entry else LEAD_AGENT
 
 
 __all__ = ["LlmCall", "MiddlewareHook", "NestedAgent", "NewEvent", "RunState", "Scope", "ToolRun"]

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
+from run_journal.catalog import LEAD_AGENT
 from run_journal.runs import RunRow, UsageTotals
 from run_journal.usage.tally import NOTE_REASONS, PricingOption, RunTally, fold, quote, usage_of
 from run_journal.usage.tokens import FIELDS, TokenUsage
@@ -31,7 +32,7 @@ def replay(events: Iterable[RunEvent], pricing: PricingOption = None, *, keep_kn
     for event in events:
         metadata = event.metadata if isinstance(event.metadata, Mapping) else {}
         content = event.content if isinstance(event.content, Mapping) else {}
-        caller = str(metadata.get("caller") or "lead_agent")
+        caller = str(metadata.get("caller") or LEAD_AGENT)
         if event.event_type == "llm.ai.response":
             model = _text(metadata.get("model_name"))
             usage = TokenUsage.from_dict(metadata.get("usage"))

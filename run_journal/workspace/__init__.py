@@ -3,14 +3,16 @@
 Take a :class:`WorkspaceSnapshot` before the run and call :func:`record_workspace_changes` after it.
 The event is evidence for a reviewer, so it is safe by default:
 
-- sensitive files are listed with their size and sha256, never with their content or a diff: a
-  snapshot hashes them without keeping a byte. A file is sensitive when it is under ``.ssh``,
-  ``.gnupg``, ``.aws``, ``.azure``, ``.kube`` or ``.docker``, when it is a well-known secret file
-  (``.env`` and ``.env.*``, ``*.pem``, ``*.key``, ``*.p12``, ``*.pfx``, SSH keys ``id_rsa``,
-  ``id_ed25519``, ... and their ``.pub`` halves, ``.npmrc``, ``.netrc``, ``.pgpass``, ``.htpasswd``,
-  ...), or when a word of its name names a secret: key, secret, token, credential, password,
-  ``apikey``, ``kubeconfig``, ... (``api_key.txt``, ``client-secret.yaml``, ``.token``,
-  ``aws_credentials``, but not ``keyboard.py``, ``monkey.txt`` or ``tokenizer.py``);
+- sensitive files are listed by path, status and size only: no content, no diff, no hash (a plain
+  hash of a short secret can be reversed by guessing). A snapshot keeps none of their bytes; it
+  compares two versions by an HMAC under a key made for the process, which is never written. A file
+  is sensitive when it is under ``.ssh``, ``.gnupg``, ``.aws``, ``.azure``, ``.kube`` or
+  ``.docker``, when it is a well-known secret file (``.env`` and ``.env.*``, ``*.pem``, ``*.key``,
+  ``*.p12``, ``*.pfx``, SSH keys ``id_rsa``, ``id_ed25519``, ... and their ``.pub`` halves,
+  ``.npmrc``, ``.netrc``, ``.pgpass``, ``.htpasswd``, ...), or when a word of its name names a
+  secret: key, secret, token, credential, password, ``apikey``, ``kubeconfig``, ...
+  (``api_key.txt``, ``client-secret.yaml``, ``.token``, ``aws_credentials``, but not
+  ``keyboard.py``, ``monkey.txt`` or ``tokenizer.py``);
   see :func:`is_sensitive`;
 - binary files are listed with sizes and hashes, without a diff; text is UTF-8, or UTF-16 / UTF-32
   when the file starts with a byte-order mark;

@@ -9,9 +9,10 @@ import asyncio
 import difflib
 from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from run_journal.envelope import JsonObject, dumps
+from run_journal.journal.producer import ProducerJournal
 from run_journal.workspace.snapshot import FileState, Key, WorkspaceLimits, WorkspaceSnapshot
 
 __all__ = [
@@ -181,10 +182,8 @@ def summary_line(payload: Mapping[str, Any]) -> str:
 # -- recording ---------------------------------------------------------------------------------
 
 
-class EventJournal(Protocol):
-    """What the recorder needs from a journal (``RunJournal`` provides it)."""
-
-    def record(self, event_type: str, *, content: Any = "", metadata: Any = None) -> Any: ...
+EventJournal = ProducerJournal
+"""What the recorder needs from a journal (the one producer interface; ``RunJournal`` provides it)."""
 
 
 def record_workspace_changes(

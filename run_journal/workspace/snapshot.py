@@ -1,9 +1,9 @@
 """Workspace snapshots: the files under some folders at one moment, read safely and within bounds.
 
 ``changes.py`` compares two snapshots into a run's ``workspace_changes``. The rules a snapshot follows
-(secret-looking files hashed but never kept, heavy folders skipped, symlinks not followed, every bound
-in :class:`WorkspaceLimits`) are listed in the package's docstring; which names look secret is
-:func:`is_sensitive`.
+(secret-looking files fingerprinted with a key of the process but never kept, heavy folders skipped,
+symlinks not followed, every bound in :class:`WorkspaceLimits`) are listed in the package's
+docstring; which names look secret is :func:`is_sensitive`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ import codecs
 import fnmatch
 import functools
 import hashlib
+import hmac
 import os
 import re
+import secrets
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -51,6 +53,9 @@ ends with secret, token, password, passwd, passphrase, credential or kubeconfig 
 (``apikey``, ``privatekey``, ``sshkeys``); any of these may be followed by file, store or pair
 (``keyfile``, ``keypair``, ``tokenstore``). Words that merely contain one (``keyboard``, ``monkey``,
 ``tokenizer``, ``secretary``, ``passwordless``) are not."""
+_FINGERPRINT_KEY: Final = secrets.token_bytes(32)
+"""The key of the fingerprints of sensitive files: made when the process starts, kept in its memory,
+written nowhere, so a fingerprint can tell two versions apart in this process and confirm no guess."""
 _SNIFF_BYTES: Final = 8192
 _READ_CHUNK: Final = 1024 * 1024
 _OPEN_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -87,7 +92,8 @@ class WorkspaceLimits:
 
 @dataclass(frozen=True, slots=True)
 class FileState:
-    """What a snapshot knows about one path. Sensitive files carry size, mtime and sha256, never text."""
+    """What a snapshot knows about one path. Sensitive files carry size, mtime and a keyed
+    ``fingerprint``, never their text or a plain hash."""
 
     size: int
     mtime_ns: int
@@ -98,6 +104,9 @@ class FileState:
     link_target: str | None = None
     text_omitted: bool = False
     """A text file whose content was not kept (over a limit): it can be compared but not diffed."""
+    fingerprint: str | None = None
+    """A sensitive file's HMAC-SHA256 under a key of this process (its ``sha256`` is None): it tells
+    two versions apart when snapshots of one process are compared, and never leaves the process."""
 
     @property
     def symlink(self) -> bool:
@@ -108,6 +117,8 @@ class FileState:
             return self.link_target == other.link_target
         if self.sha256 is not None and other.sha256 is not None:
             return self.sha256 == other.sha256
+        if self.fingerprint is not None and other.fingerprint is not None:
+            return self.fingerprint == other.fingerprint
         return (self.size, self.mtime_ns) == (other.size, other.mtime_ns)
 
 
@@ -260,7 +271,8 @@ class _Scanner:
             return None
 
     def _read(self, path: str, sensitive: bool) -> FileState | None:
-        """Hash the file; keep its text when it is text within the limits and not sensitive."""
+        """Hash the file (a sensitive one with the process's key); keep its text when it is text
+        within the limits and not sensitive."""
         descriptor = os.open(path, _OPEN_FLAGS)
         with os.fdopen(descriptor, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -274,7 +286,7 @@ class _Scanner:
                 omitted = encoding is not None
                 return FileState(size, info.st_mtime_ns, binary=binary, sensitive=sensitive,
                                  text_omitted=omitted)
-            digest = hashlib.sha256(head)
+            digest = hmac.new(_FINGERPRINT_KEY, head, "sha256") if sensitive else hashlib.sha256(head)
             keep = encoding is not None and size <= self.limits.max_file_bytes and size <= self.text_budget
             kept = [head] if keep else []
             while chunk := handle.read(_READ_CHUNK):
@@ -282,7 +294,7 @@ class _Scanner:
                 if keep:
                     kept.append(chunk)
         if sensitive:
-            return FileState(size, info.st_mtime_ns, digest.hexdigest(), sensitive=True)
+            return FileState(size, info.st_mtime_ns, sensitive=True, fingerprint=digest.hexdigest())
         text = None
         if keep and encoding is not None:
             text = _decode(b"".join(kept), encoding)

@@ -3,6 +3,11 @@
 * A 20 MB tool output and a 5 MB model response are capped to their category limits with a
   truncation note (original size, sha256) and the journal's memory stays bounded (tracemalloc peak
   a small multiple of the input).
+* Capped text keeps as much of its beginning as the byte limit allows, whatever its characters: a
+  439 KiB Chinese message and a multi-byte tool result through a journaled run, and (hypothesis)
+  random CJK, emoji, combining marks, astral-plane and escaped characters, on every backend. The
+  stored content is within the limit, its text a prefix of the original (cut between characters)
+  and at most one character's JSON short of the limit.
 * Secrets in tool arguments and run metadata (api_key, password, authorization, token) never reach
   the store with the default redactor: the raw SQLite file, the JSONL files and the PostgreSQL rows
   are searched for the secret strings.
@@ -12,15 +17,21 @@ from __future__ import annotations
 
 import hashlib
 import tracemalloc
+import uuid
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 from conftest import backend_url  # the top-level tests/conftest.py
-from langchain_core.messages import AIMessage
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 
-from run_journal import RunJournal, open_store
+from run_journal import RunEventStore, RunJournal, open_store
+from run_journal.caps import TRUNCATION_MARK
+from run_journal.catalog import Category
 from run_journal.envelope import CONTENT_LIMITS, dumps
 from run_journal.stores.urls import file_path_of
 from run_journal.testing import read_all
@@ -120,3 +131,107 @@ async def test_secrets_never_reach_the_store(file_or_sql_url: str) -> None:
     assert b"logged in to db" in raw  # the search really sees the stored rows
     leaked = [name for name, secret in SECRETS.items() if secret.encode() in raw]
     assert leaked == [], f"secrets stored in clear: {leaked}"
+
+
+# -- capped text keeps its beginning ------------------------------------------------------------
+
+LONGEST_ESCAPE = 6
+"""Bytes of the longest JSON form of one character (``\\u001f``): a cut text is at most one
+character short of its limit, so at most this many bytes minus one."""
+
+
+def kept_text(stored: str, original: str) -> str:
+    """The text a capped string kept: a non-empty prefix of ``original``, followed by the mark."""
+    assert stored.endswith(TRUNCATION_MARK)
+    kept = stored[: -len(TRUNCATION_MARK)]
+    assert kept, "the cap emptied the text"
+    assert original.startswith(kept)
+    return kept
+
+
+def json_bytes(value: Any) -> int:
+    return len(dumps(value).encode("utf-8"))
+
+
+async def test_a_chinese_message_and_a_multi_byte_tool_result_keep_their_beginnings(
+    store: RunEventStore,
+) -> None:
+    message = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(150_000))  # 439 KiB of CJK
+    assert len(message.encode()) // 1024 == 439
+    result = ("结果 🧵 é\u0301 " * 400_000)[: 2_000_000]  # 2 M characters, 4.25 MB
+
+    @tool
+    def fetch(n: int) -> str:
+        """Returns a large multi-byte result."""
+        return result
+
+    replies = [AIMessage("", tool_calls=[tool_call("fetch", "f1", n=1)]), AIMessage("done")]
+    thread = f"cjk-{uuid.uuid4().hex[:8]}"
+    async with RunJournal(store, thread_id=thread) as journal:
+        await agent_graph(replies, [fetch]).ainvoke({"messages": [HumanMessage(message)]},
+                                                    config={"callbacks": [journal]})
+    events = {e.event_type: e for e in await run_events_exactly_once(store, thread, journal.run_id)}
+    limit = CONTENT_LIMITS[Category.MESSAGE]
+    for event_type, original in (("llm.human.input", message), ("llm.tool.result", result)):
+        event = events[event_type]
+        content = event.content
+        assert isinstance(content, dict)
+        stored = content["content"]
+        assert isinstance(stored, str)
+        size = json_bytes(content)
+        assert limit - LONGEST_ESCAPE < size <= limit, (event_type, size)
+        kept = kept_text(stored, original)
+        note = event.metadata["content_truncated"]
+        assert isinstance(note, dict)
+        assert note["original_bytes"] > len(original.encode())  # the whole payload, original size
+        assert note["limit"] == limit
+        print(f"{event_type}: {len(original.encode())} bytes of text capped to {size} bytes, "
+              f"{len(kept)} of {len(original)} characters kept")
+    assert events["tool.outcome"].content["result_size"] == len(result.encode())  # type: ignore[index, call-overload]
+
+
+CHARACTERS = st.one_of(
+    st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF),  # CJK
+    st.characters(min_codepoint=0x1F300, max_codepoint=0x1FAFF),  # emoji
+    st.characters(min_codepoint=0x0300, max_codepoint=0x036F),  # combining marks
+    st.characters(min_codepoint=0x10000, max_codepoint=0x10FFFF, categories=["Lo", "So", "Cn", "Co"]),
+    st.characters(min_codepoint=0x80, max_codepoint=0x7FF),  # two-byte letters
+    st.characters(max_codepoint=0x7F),  # ASCII, quotes, backslashes and control characters (escaped)
+    st.sampled_from(["\u200d", "\ufe0f", "\u2028", "\U0010ffff"]),  # joiners, selectors, separators
+)
+
+
+@st.composite
+def oversized_texts(draw: st.DrawFn) -> tuple[str, str]:
+    """A text 1-3 times over the context limit (16 KiB), and the shape it is written in."""
+    unit = draw(st.text(CHARACTERS, min_size=1, max_size=80))
+    target = CONTENT_LIMITS[Category.CONTEXT] * draw(st.floats(1.0, 3.0))
+    repeats = int(target // (json_bytes(unit) - 2)) + 1  # the bytes of its JSON, without the quotes
+    text = unit * repeats + draw(st.text(CHARACTERS, max_size=20))
+    assert json_bytes(text) > CONTENT_LIMITS[Category.CONTEXT]
+    return text, draw(st.sampled_from(["text", "message"]))
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=oversized_texts())
+async def test_capped_unicode_text_is_the_longest_prefix_that_fits(
+    store: RunEventStore, case: tuple[str, str]
+) -> None:
+    text, shape = case
+    limit = CONTENT_LIMITS[Category.CONTEXT]
+    content: Any = text if shape == "text" else {"type": "human", "content": text, "id": "m-1"}
+    thread = f"unicode-{uuid.uuid4().hex[:8]}"
+    await store.put(thread_id=thread, run_id="r", event_type="note.text", category="context",
+                    content=content)
+    (event,) = await store.list_events(thread)
+    stored = event.content
+    size = json_bytes(stored)
+    assert limit - LONGEST_ESCAPE < size <= limit
+    if shape == "message":
+        assert isinstance(stored, dict)
+        assert (stored["type"], stored["id"]) == ("human", "m-1")  # the shape is kept
+        stored = stored["content"]
+    assert isinstance(stored, str)
+    kept_text(stored, text)
+    assert event.metadata["content_truncated"]["original_bytes"] == json_bytes(content)  # type: ignore[index, call-overload]
