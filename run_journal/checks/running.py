@@ -124,7 +124,7 @@ async def select_runs(store: RunEventStore, selection: Selection, *, case: Case 
                 within = f" in thread {selection.thread_id!r}" if selection.thread_id else ""
                 hint = "" if selection.thread_id else " (a run with no run row is found by naming its thread)"
                 raise SuiteError(f"no run {run_id!r}{within} in the store{hint}", source=source,
-                                 line=case.line if case else None, case=case.name if case else None)
+                                 line=selection.line or None, case=case.name if case else None)
             found.append((thread, run_id))
         return found
     if selection.thread_id is not None:

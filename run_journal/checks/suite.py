@@ -42,6 +42,8 @@ class Selection:
     run_ids: tuple[str, ...] = ()
     thread_id: str | None = None
     last: int | None = None
+    line: int = 0
+    """The line of the case's ``run`` (or of the case)."""
 
     def describe(self) -> str:
         parts = []
@@ -91,6 +93,9 @@ def parse_suite(text: str, *, source: str = "<suite>") -> Suite:
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
         problem = getattr(error, "problem", None) or str(error)
+        context, opened = getattr(error, "context", None), getattr(error, "context_mark", None)
+        if context and opened is not None and opened.line != getattr(mark, "line", None):
+            problem += f" ({context} that starts on line {opened.line + 1})"
         raise SuiteError(f"not valid YAML: {problem}", source=source,
                          line=mark.line + 1 if mark is not None else None) from None
     return _Reader(source).suite(document)
@@ -176,11 +181,12 @@ class _Reader:
             raise self.error("the cases are a non-empty list", getattr(cases, "line", None)
                              or _line_of(document, "cases"))
         read = tuple(self.case(item, index, _line_of(cases, index)) for index, item in enumerate(cases))
-        names = [case.name for case in read]
+        seen: set[str] = set()
         for case in read:
-            if names.count(case.name) > 1:
+            if case.name in seen:
                 raise self.error("two cases have this name (each needs its own, for the reports)",
                                  case.line, case.name)
+            seen.add(case.name)
         return Suite(self.source, read)
 
     def case(self, item: Any, index: int, line: int | None) -> Case:
@@ -227,7 +233,7 @@ class _Reader:
             raise self.error(f"last is a number of runs (1 or more), got {last!r}", _line_of(item, "last"),
                              name)
         ids = () if runs is None else tuple([runs] if isinstance(runs, str) else runs)
-        return Selection(ids, thread, last)
+        return Selection(ids, thread, last, _line_of(item, "run") or line or 0)
 
     def check(self, entry: Any, case: str, line: int | None) -> Check:
         if isinstance(entry, str):

@@ -101,8 +101,8 @@ class Check:
         given: dict[str, Any]
         if isinstance(value, Mapping) and not (kind.shorthand and _takes_mapping(kind)):
             given = dict(value)
-        elif value is None or value is True or value == {}:
-            given = {}  # ``no_errors: true``, ``no_errors:``
+        elif value is None or value == {} or (value is True and not any(p.required for p in kind.params)):
+            given = {}  # ``no_errors``, ``no_errors:``, ``no_errors: true``
         elif value is False:
             raise CheckDefinitionError(f"{name}: false is not a check (leave the check out instead)")
         elif kind.shorthand is None:
