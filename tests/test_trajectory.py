@@ -416,11 +416,12 @@ def test_the_diff_command_shows_the_alignment_and_exits_0_or_1(cli: Any, cli_url
     same = cli(cli_url, "diff", first, second)
     assert same.code == 0, same.err
     lines = same.out.splitlines()
-    assert lines[0].startswith(f"A  run {first[:8]}  thread forecasts  success  3 steps  2 model calls")
+    assert lines[0].startswith(f"A  run {first[:8]}  thread forecasts  success  3 steps, 2 model calls, "
+                               "1 tool call, 84 tokens, ")
     assert any(line.split()[:2] == ["1", "model"] and line.endswith("same") for line in lines)
     assert "same trajectory (3 steps)" in same.out
     assert lines[-1].startswith("B - A: model calls +0, tool calls +0, tokens +0 (input +0, output +0), cost "
-                                "+0.0000 USD, duration ")
+                                "+0.0000 USD, duration 0.")
     different = cli(cli_url, "diff", first[:10], lyon, "--thread", "forecasts")
     assert different.code == 1, different.err
     assert "differs: tool_calls[0].args.city" in different.out

@@ -7,11 +7,14 @@ events it relied on and an outline of the run; it returns the same object otherw
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from run_journal.checks.vocabulary import Check, CheckResult
+from run_journal.envelope import RunEvent
+from run_journal.runs import RunRow
 from run_journal.stores.base import RunEventStore
-from run_journal.trajectory import Trajectory, read_trajectory
+from run_journal.trajectory import Trajectory, build_trajectory, read_trajectory
 
 OUTLINE_STEPS = 12
 
@@ -36,6 +39,11 @@ class RunAssertions:
         self.trajectory = trajectory
         self.results: list[CheckResult] = []
         self._last_tool: str | None = None
+
+    @classmethod
+    def of_events(cls, events: Iterable[RunEvent], row: RunRow | None = None) -> RunAssertions:
+        """Assertions over a run given as its events (and row): what ``capture_run()`` records."""
+        return cls(build_trajectory(events, row))
 
     def check(self, name: str, value: Any = None, /, **params: Any) -> RunAssertions:
         """Any check of the vocabulary by name, as a suite writes it: ``check("max_tokens", 500)``."""

@@ -92,9 +92,14 @@ def comparison_lines(comparison: RunComparison, a: Trajectory, b: Trajectory, *,
 
 def _side(name: str, side: RunSide, short: render.ShortIds) -> str:
     took = f"{side.duration_ms / 1000:.2f}s" if side.duration_ms is not None else "running"
-    return (f"{name}  run {short(side.run_id)}  thread {side.thread_id}  {side.status}  {side.steps} steps  "
-            f"{side.model_calls} model calls  {side.tool_calls} tool calls  {side.total_tokens} tokens  "
-            f"{render.cost_text(side.cost_usd)}  {took}")
+    counts = ", ".join([_count(side.steps, "step"), _count(side.model_calls, "model call"),
+                        _count(side.tool_calls, "tool call"), _count(side.total_tokens, "token")])
+    return (f"{name}  run {short(side.run_id)}  thread {side.thread_id}  {side.status}  {counts}, "
+            f"{render.cost_text(side.cost_usd)}, {took}")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def _cell(step: Step) -> str:
@@ -117,14 +122,15 @@ def _cell(step: Step) -> str:
     return render.one_line(text, CELL)
 
 
-def _signed(value: float, unit: str = "", digits: int = 0) -> str:
-    return f"{value:+.{digits}f}{unit}"
+def _signed(value: int) -> str:
+    return f"{value:+d}"
 
 
 def _deltas(comparison: RunComparison) -> str:
     deltas = comparison.deltas
     cost = "unknown" if deltas.cost_usd is None else f"{deltas.cost_usd:+.4f} USD"
-    duration = "unknown" if deltas.duration_ms is None else _signed(deltas.duration_ms / 1000, "s", 2)
+    a, b = comparison.a.duration_ms, comparison.b.duration_ms
+    duration = "unknown" if a is None or b is None else f"{a / 1000:.2f}s -> {b / 1000:.2f}s"
     status = comparison.a.status if comparison.a.status == comparison.b.status else \
         f"{comparison.a.status} -> {comparison.b.status}"
     return (f"B - A: model calls {_signed(deltas.model_calls)}, tool calls {_signed(deltas.tool_calls)}, "
