@@ -417,7 +417,7 @@ def test_the_diff_command_shows_the_alignment_and_exits_0_or_1(cli: Any, cli_url
     assert same.code == 0, same.err
     lines = same.out.splitlines()
     assert lines[0].startswith(f"A  run {first[:8]}  thread forecasts  success  3 steps, 2 model calls, "
-                               "1 tool call, 84 tokens, ")
+                               "1 tool call, 34 tokens, ")
     assert any(line.split()[:2] == ["1", "model"] and line.endswith("same") for line in lines)
     assert "same trajectory (3 steps)" in same.out
     assert lines[-1].startswith("B - A: model calls +0, tool calls +0, tokens +0 (input +0, output +0), cost "

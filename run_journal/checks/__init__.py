@@ -15,10 +15,10 @@ from run_journal.checks.assertions import RunAssertions, RunCheckFailed, assert_
 from run_journal.checks.junit import junit_xml
 from run_journal.checks.params import CheckDefinitionError
 from run_journal.checks.running import CaseResult, SuiteResult, TimedResult, run_case, run_checks, run_suite
-from run_journal.checks.scores import SCORE_EVENT, ScoreValue, record_score
+from run_journal.checks.scores import SCORE_EVENT, ScoreValue, record_score, run_owner, score_event
 from run_journal.checks.suite import Case, Selection, Suite, SuiteError, load_suite, parse_suite
 from run_journal.checks.vocabulary import VOCABULARY, Check, CheckKind, CheckResult
-from run_journal.envelope import RunEvent
+from run_journal.envelope import NewEvent, RunEvent
 from run_journal.stores.base import RunEventStore
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "run_case",
     "run_checks",
     "run_suite",
+    "score_event",
 ]
 
 
@@ -56,14 +57,21 @@ async def record_results(
 ) -> list[RunEvent]:
     """Record each check result of a suite on its run as a score: named by the check's label, the
     value true (passed) or false, the reason as the comment, the events it relied on as its seqs,
-    and the suite and case in its metadata."""
-    recorded = []
+    and the suite and case in its metadata. One write per run."""
+    by_run: dict[tuple[str, str], list[NewEvent]] = {}
+    owners: dict[tuple[str, str], str | None] = {}
     for case in result.cases:
         for timed in case.results:
             check = timed.result
-            recorded.append(await record_score(
-                store, check.thread_id, check.run_id, check.label, check.passed, comment=check.reason,
-                source=source, seqs=check.seqs,
+            key = (check.thread_id, check.run_id)
+            if key not in owners:
+                owners[key] = await run_owner(store, *key)
+            by_run.setdefault(key, []).append(score_event(
+                check.thread_id, check.run_id, check.label, check.passed, comment=check.reason,
+                source=source, seqs=check.seqs, user_id=owners[key],
                 metadata={"suite": result.suite.source, "case": case.case.name, "check": check.check},
             ))
+    recorded: list[RunEvent] = []
+    for events in by_run.values():
+        recorded += await store.put_batch(events)
     return recorded

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from run_journal.catalog import Category
-from run_journal.envelope import JsonObject, RunEvent, validate_id
+from run_journal.envelope import JsonObject, NewEvent, RunEvent, validate_id
 from run_journal.redact import redact_secrets
 from run_journal.stores.base import RunEventStore
 
@@ -44,16 +44,29 @@ async def record_score(
     """
     validate_id("thread_id", thread_id)
     validate_id("run_id", run_id)
+    _content(name, value, comment, source, seqs)  # a bad score is refused before the store is read
+    user_id = await run_owner(store, thread_id, run_id)
+    event = score_event(thread_id, run_id, name, value, comment=comment, source=source, seqs=seqs,
+                        metadata=metadata, event_id=event_id, user_id=user_id)
+    (stored,) = await store.put_batch([event])
+    return stored
+
+
+def score_event(
+    thread_id: str, run_id: str, name: str, value: ScoreValue, *, comment: str | None = None,
+    source: str = "api", seqs: Sequence[int] = (), metadata: Mapping[str, Any] | None = None,
+    event_id: str | None = None, user_id: str | None = None,
+) -> NewEvent:
+    """The ``run.score`` event ``record_score`` writes, validated (``ValueError`` saying what is
+    wrong) and redacted, for a writer that puts many at once."""
+    validate_id("thread_id", thread_id)
+    validate_id("run_id", run_id)
     content = _content(name, value, comment, source, seqs)
-    user_id = await _owner(store, thread_id, run_id)
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise ValueError(f"score {name!r}: metadata is a mapping, got {type(metadata).__name__}")
     details = redact_secrets(dict(metadata or {}))
-    if not isinstance(details, dict):  # pragma: no cover - a mapping stays a mapping
-        raise TypeError("metadata is a mapping")
-    return await store.put(
-        thread_id=thread_id, run_id=run_id, event_type=SCORE_EVENT, category=Category.TRACE,
-        content=redact_secrets(content), metadata={**details, "source": source}, user_id=user_id,
-        event_id=event_id,
-    )
+    return NewEvent(thread_id, run_id, SCORE_EVENT, Category.TRACE, redact_secrets(content),
+                    {**details, "source": source}, None, event_id, user_id)
 
 
 def _content(name: str, value: Any, comment: Any, source: Any, seqs: Sequence[int]) -> JsonObject:
@@ -81,7 +94,7 @@ def _content(name: str, value: Any, comment: Any, source: Any, seqs: Sequence[in
     return content
 
 
-async def _owner(store: RunEventStore, thread_id: str, run_id: str) -> str | None:
+async def run_owner(store: RunEventStore, thread_id: str, run_id: str) -> str | None:
     """The run's user; ``LookupError`` when the store knows no such run in the thread."""
     row = await store.get_run(run_id)
     if row is not None and row.thread_id == thread_id:

@@ -35,13 +35,14 @@ async def cmd_check(store: RunEventStore, args: argparse.Namespace, out: TextIO)
 
     try:
         suite = load_suite(args.suite)
-        result = await run_suite(store, suite)
-    except SuiteError as error:
-        raise CliError(str(error), code=2) from None
     except OSError as error:
         raise CliError(f"cannot read the suite {args.suite}: {error.strerror or error}", code=2) from None
-    except ImportError as error:
-        raise CliError(f"suites need PyYAML ({error}): pip install pyyaml", code=2) from None
+    except SuiteError as error:
+        raise CliError(str(error), code=2) from None
+    try:
+        result = await run_suite(store, suite)
+    except SuiteError as error:  # a run the suite names is not in the store
+        raise CliError(str(error), code=2) from None
     if args.junit_xml is not None:
         try:
             args.junit_xml.write_text(junit_xml(result), encoding="utf-8")

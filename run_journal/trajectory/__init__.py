@@ -24,6 +24,7 @@ from run_journal.trajectory.compare import (
     RunSide,
     StepPair,
     compare_runs,
+    first_difference,
 )
 from run_journal.trajectory.reading import build_trajectory, content_text, read_trajectory
 from run_journal.trajectory.steps import (
@@ -62,6 +63,7 @@ __all__ = [
     "build_trajectory",
     "compare_runs",
     "content_text",
+    "first_difference",
     "is_agent_caller",
     "read_trajectory",
     "trajectory_of",

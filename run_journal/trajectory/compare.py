@@ -244,18 +244,22 @@ def _aligned(a: Sequence[Step], b: Sequence[Step], skipped: frozenset[str]) -> l
             else:
                 matches += [(None, right[j]) for j in range(j1, j2)]
     partner = {j: i for i, j in matches if i is not None and j is not None}
+    anchor = []  # for each step of B: the last step of A paired with a step of B up to it
+    latest = -1
+    for index in range(len(b)):
+        latest = max(latest, partner.get(index, -1))
+        anchor.append(latest)
 
     def order(match: tuple[int | None, int | None]) -> tuple[int, int, int]:
         i, j = match
         if i is not None:
             return (i, 0, 0)
         assert j is not None
-        earlier = [partner[k] for k in range(j) if k in partner]
-        return (max(earlier) if earlier else -1, 1, j)
+        return (anchor[j], 1, j)  # just after the A step paired before it
 
     pairs = []
     for position, (i, j) in enumerate(sorted(matches, key=order), start=1):
-        step = a[i] if i is not None else b[j]  # type: ignore[index]
+        step = a[i] if i is not None else b[j or 0]
         differences = () if i is None or j is None else _step_differences(a[i], b[j], skipped)
         pairs.append(StepPair(position, step.kind, step.caller, step.label(), i, j,
                               a[i].seq if i is not None else None, b[j].seq if j is not None else None,
