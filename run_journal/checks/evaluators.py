@@ -13,6 +13,8 @@ from run_journal.trajectory import Trajectory
 from run_journal.trajectory.steps import MiddlewareStep, ToolCall, value_text
 
 Outcome = tuple[bool, str, tuple[int, ...]]
+"""Passed, the one-line reason, the seqs of the events relied on."""
+
 
 def _times(count: int) -> str:
     return "once" if count == 1 else f"{count} times"
@@ -41,7 +43,7 @@ def args_match(actual: Any, expected: Any, mode: str) -> bool:
     (or one pattern for the whole arguments) is found in the argument's text (compact JSON for a
     value that is not a string)."""
     if mode == "exact":
-        return bool(_json_equal(actual, expected))
+        return _json_equal(actual, expected)
     if mode == "subset":
         return _subset(actual, expected)
     if isinstance(expected, re.Pattern):

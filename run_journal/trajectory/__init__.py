@@ -12,7 +12,7 @@ Everything here reads through the store contract and the projections only.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Collection
 
 from run_journal.envelope import JsonObject
 from run_journal.stores.base import RunEventStore
@@ -71,7 +71,8 @@ __all__ = [
 
 
 async def trajectory_of(
-    store: RunEventStore, thread_id: str, run_id: str, *, callers: Any = None, user_id: str | None = None
+    store: RunEventStore, thread_id: str, run_id: str, *, callers: Collection[str] | None = None,
+    user_id: str | None = None,
 ) -> list[JsonObject]:
     """One run's conversation as OpenAI-style chat messages, oldest first.
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, ClassVar, Final
 
 from run_journal.envelope import JsonObject, JsonValue
@@ -327,7 +327,7 @@ class Trajectory:
     def cost_usd(self) -> float | None:
         return self.usage.cost_usd
 
-    def openai_messages(self, callers: Any = None) -> list[JsonObject]:
+    def openai_messages(self, callers: Collection[str] | None = None) -> list[JsonObject]:
         """The conversation as OpenAI-style messages (``role``, ``content``, ``tool_calls`` with
         ``id`` / ``type`` / ``function{name, arguments}``, tool messages with ``tool_call_id``),
         the shape agentevals' trajectory evaluators take.
@@ -349,7 +349,7 @@ class Trajectory:
         }
 
 
-def _selected(caller: str, callers: Any) -> bool:
+def _selected(caller: str, callers: Collection[str] | None) -> bool:
     if callers is None:
         return is_agent_caller(caller)
     if callers == "all":
