@@ -199,6 +199,10 @@ async def record_interrupted(store: RunEventStore, thread: str = "approval") -> 
     return first, second
 
 
+Shared = tuple[RunEventStore, Recorded]
+"""A store holding every kind of run, and their ids (what the tests' shared fixture yields)."""
+
+
 async def record_runs(store: RunEventStore, workspace: Path) -> Recorded:
     """Every kind of run above, once, in ``store``."""
     interrupted, resumed = await record_interrupted(store)

@@ -6,15 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 import xmlschema
-from _recorded_runs import Recorded, record_runs, record_weather
-from conftest import backend_url
+from _recorded_runs import Recorded, Shared, record_runs, record_weather
+from conftest import BACKENDS, backend_url
 
 from run_journal import RunEventStore, open_store
 from run_journal.checks import (
@@ -117,9 +118,16 @@ TABLE: list[tuple[str, str, Any, bool]] = [
 ]
 
 
-@pytest.fixture
-async def recorded(store: RunEventStore, tmp_path: Path) -> Recorded:
-    return await record_runs(store, tmp_path / "workspace")
+@pytest.fixture(scope="module", params=BACKENDS)
+def shared_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return backend_url(request.param, request, tmp_path_factory)  # outside any loop: servers set up
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared(shared_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Shared]:
+    """One store per backend holding every kind of recorded run, for the module's read-only tests."""
+    async with open_store(shared_url) as store:
+        yield store, await record_runs(store, tmp_path_factory.mktemp("workspace"))
 
 
 def test_the_table_passes_and_fails_every_check_kind() -> None:
@@ -128,9 +136,9 @@ def test_the_table_passes_and_fails_every_check_kind() -> None:
     assert {run for run, *_ in TABLE} == {"tool", "deep", "middleware", "failed", "interrupted", "resumed"}
 
 
-async def test_every_check_kind_passes_and_fails_on_recorded_runs(
-    store: RunEventStore, recorded: Recorded
-) -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_every_check_kind_passes_and_fails_on_recorded_runs(shared: Shared) -> None:
+    store, recorded = shared
     names = ("tool", "deep", "middleware", "failed", "interrupted", "resumed")
     trajectories = {name: await read_trajectory(store, recorded.thread(name), recorded.run(name))
                     for name in names}
@@ -150,7 +158,9 @@ async def test_every_check_kind_passes_and_fails_on_recorded_runs(
     assert wrong == []
 
 
-async def test_results_name_the_events_they_relied_on(store: RunEventStore, recorded: Recorded) -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_results_name_the_events_they_relied_on(shared: Shared) -> None:
+    store, recorded = shared
     tool = await read_trajectory(store, "weather", recorded.tool)
     events = {event.seq: event for event in await store.list_events("weather", recorded.tool)}
     called = Check.of("tool_called", "search").evaluate(tool)

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from _recorded_runs import (
     WEATHER_SCRIPT,
     Recorded,
+    Shared,
     ToolModel,
     calls,
     record,
@@ -23,7 +25,7 @@ from _recorded_runs import (
     said,
 )
 from agentevals.trajectory.match import create_trajectory_match_evaluator
-from conftest import backend_url
+from conftest import BACKENDS, backend_url
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
@@ -44,9 +46,16 @@ from run_journal.trajectory.compare import excerpt, first_difference
 CLI_BACKENDS = ("jsonl", "sqlite", "postgres", "redis")
 
 
-@pytest.fixture
-async def recorded(store: RunEventStore, tmp_path: Path) -> Recorded:
-    return await record_runs(store, tmp_path / "workspace")
+@pytest.fixture(scope="module", params=BACKENDS)
+def shared_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return backend_url(request.param, request, tmp_path_factory)  # outside any loop: servers set up
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared(shared_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Shared]:
+    """One store per backend holding every kind of recorded run, for the module's read-only tests."""
+    async with open_store(shared_url) as store:
+        yield store, await record_runs(store, tmp_path_factory.mktemp("workspace"))
 
 
 async def read(store: RunEventStore, recorded: Recorded, name: str) -> Trajectory:
@@ -54,9 +63,9 @@ async def read(store: RunEventStore, recorded: Recorded, name: str) -> Trajector
 
 
 # -- the structured trajectory -----------------------------------------------------------------------
-async def test_a_tool_agents_trajectory_holds_its_calls_outcomes_answer_and_totals(
-    store: RunEventStore, recorded: Recorded
-) -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_tool_agents_trajectory_holds_its_calls_outcomes_answer_and_totals(shared: Shared) -> None:
+    store, recorded = shared
     trajectory = await read(store, recorded, "tool")
     events = {e.seq: e for e in await store.list_events("weather", recorded.tool)}
     row = await store.get_run(recorded.tool)
@@ -85,9 +94,9 @@ async def test_a_tool_agents_trajectory_holds_its_calls_outcomes_answer_and_tota
     assert json.loads(json.dumps(trajectory.to_dict()))["steps"][1]["name"] == "search"
 
 
-async def test_a_deep_agents_trajectory_has_the_subagent_task_and_its_own_calls(
-    store: RunEventStore, recorded: Recorded
-) -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_deep_agents_trajectory_has_the_subagent_task_and_its_own_calls(shared: Shared) -> None:
+    store, recorded = shared
     trajectory = await read(store, recorded, "deep")
     described = [(step.kind, step.caller) for step in trajectory.steps]
     assert described == [("model_call", "lead_agent"), ("tool_call", "lead_agent"),
@@ -103,7 +112,9 @@ async def test_a_deep_agents_trajectory_has_the_subagent_task_and_its_own_calls(
     assert trajectory.final_answer == "The researcher found no direct flight."  # never the subagent's
 
 
-async def test_failed_interrupted_and_resumed_runs(store: RunEventStore, recorded: Recorded) -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_failed_interrupted_and_resumed_runs(shared: Shared) -> None:
+    store, recorded = shared
     failed = await read(store, recorded, "failed")
     assert (failed.status, failed.error, failed.final_answer) == (
         "error", "ValueError: no such thing as 1", None)
@@ -127,7 +138,9 @@ async def test_failed_interrupted_and_resumed_runs(store: RunEventStore, recorde
     assert {call.caller for call in middleware.model_calls} == {"lead_agent", "middleware:summarization"}
 
 
-async def test_a_run_that_is_not_there_is_a_lookup_error(store: RunEventStore, recorded: Recorded) -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_run_that_is_not_there_is_a_lookup_error(shared: Shared) -> None:
+    store, recorded = shared
     with pytest.raises(LookupError, match="no run 'nope' in thread 'weather'"):
         await read_trajectory(store, "weather", "nope")
     with pytest.raises(LookupError):
@@ -159,7 +172,9 @@ def test_a_trajectory_folds_handoffs_and_events_in_any_order() -> None:
 
 
 # -- OpenAI-style messages and agentevals -------------------------------------------------------------
-async def test_trajectory_of_is_openai_messages(store: RunEventStore, recorded: Recorded) -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_trajectory_of_is_openai_messages(shared: Shared) -> None:
+    store, recorded = shared
     messages = await trajectory_of(store, "weather", recorded.tool)
     assert [m["role"] for m in messages] == ["user", *["assistant", "tool"] * 3, "assistant"]
     assert messages[1] == {"role": "assistant", "content": "", "tool_calls": [
@@ -330,7 +345,9 @@ async def test_a_different_status_is_the_first_divergence(store: RunEventStore) 
     assert [d.field for d in comparison.differences] == ["status", "error"]
 
 
-async def test_steps_only_one_run_took_line_up_by_lane(store: RunEventStore, recorded: Recorded) -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_steps_only_one_run_took_line_up_by_lane(shared: Shared) -> None:
+    store, recorded = shared
     deep = await read(store, recorded, "deep")
     lead_only = build_trajectory([e for e in await store.list_events("research", recorded.deep)
                                   if e.metadata.get("caller") != "subagent:researcher"])
