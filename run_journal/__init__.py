@@ -20,12 +20,20 @@ from run_journal.stores.urls import open_store
 from run_journal.writer import JournalError, JournalStats, RetryPolicy, StoreTimeoutError
 
 if TYPE_CHECKING:
+    from run_journal.checks import record_score
     from run_journal.journal import AsyncRunJournal, RunJournal
     from run_journal.journal.subagents import subagent_run_event, wrap_subagent_stream
     from run_journal.stores.jsonl import JsonlRunEventStore
     from run_journal.stores.memory import MemoryRunEventStore
     from run_journal.stores.redis import RedisRunEventStore
     from run_journal.stores.sql import SqlRunEventStore
+    from run_journal.trajectory import (
+        RunComparison,
+        Trajectory,
+        compare_runs,
+        read_trajectory,
+        trajectory_of,
+    )
     from run_journal.workspace import (
         WorkspaceLimits,
         WorkspaceSnapshot,
@@ -46,6 +54,12 @@ _LAZY = {
     "JsonlRunEventStore": "run_journal.stores.jsonl",
     "SqlRunEventStore": "run_journal.stores.sql",
     "RedisRunEventStore": "run_journal.stores.redis",
+    "RunComparison": "run_journal.trajectory",
+    "Trajectory": "run_journal.trajectory",
+    "compare_runs": "run_journal.trajectory",
+    "read_trajectory": "run_journal.trajectory",
+    "trajectory_of": "run_journal.trajectory",
+    "record_score": "run_journal.checks",
 }
 """Names that load on first use: LangChain, LangGraph, SQLAlchemy and the Redis client are only paid
 for by the programs that use them (the command line starts without them)."""
@@ -70,6 +84,7 @@ __all__ = [
     "NewEvent",
     "RedisRunEventStore",
     "RetryPolicy",
+    "RunComparison",
     "RunEvent",
     "RunEventStore",
     "RunIdTakenError",
@@ -80,15 +95,20 @@ __all__ = [
     "StoreClosedError",
     "StoreError",
     "StoreTimeoutError",
+    "Trajectory",
     "UsageTotals",
     "WorkspaceLimits",
     "WorkspaceSnapshot",
     "arecord_workspace_changes",
+    "compare_runs",
     "middleware_event_type",
     "open_store",
+    "read_trajectory",
+    "record_score",
     "record_workspace_changes",
     "status_of",
     "subagent_run_event",
+    "trajectory_of",
     "wrap_subagent_stream",
 ]
 

@@ -101,6 +101,9 @@ EVENTS: Final = _define(
                     "A subagent task ended: completed, failed, cancelled or timed_out."),
     EventDefinition("workspace_changes", Category.WORKSPACE, "record_workspace_changes()",
                     "The files a run created, modified or deleted, with bounded diffs."),
+    EventDefinition("run.score", Category.TRACE, "record_score(); run-journal URL check --record",
+                    "A score given to the run: a check's result, a person's feedback, an evaluator's "
+                    "number."),
 )
 """The canonical catalog. ``middleware:{tag}`` is a documented pattern, not an entry."""
 

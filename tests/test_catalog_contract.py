@@ -87,6 +87,8 @@ def test_the_catalog_holds_the_specified_events() -> None:
         "tool.call": "trace", "tool.outcome": "trace", "run.interrupt": "outputs", "run.cancel": "error",
         # multi-agent runs: which agent handed the turn to which
         "agent.handoff": "trace",
+        # evaluation: a score given to a run (check results, feedback)
+        "run.score": "trace",
     }
     assert {name: entry.category.value for name, entry in catalog.EVENTS.items()} == specified
     assert catalog.MIDDLEWARE_EVENT.category is Category.MIDDLEWARE
@@ -247,6 +249,13 @@ def test_payload_schemas_are_applied_through_the_references() -> None:
     assert validate_record(middleware) == []
     assert validate_record({**middleware, "content": {"name": "g"}})
     assert validate_record(_record(event_type="brand.new", category="trace", content=[1])) == []
+    score = _record(event_type="run.score", category="trace", metadata={"source": "human"},
+                    content={"name": "helpful", "value": 1, "source": "human", "comment": None})
+    assert validate_record(score) == []
+    for value in (True, 0.5, "up"):
+        assert validate_record({**score, "content": {**score["content"], "value": value}}) == []
+    assert validate_record({**score, "content": {**score["content"], "value": [1]}})  # not a score value
+    assert validate_record({**score, "content": {"name": "helpful", "value": 1}})  # source is required
 
 
 def test_middleware_pattern_accepts_1_to_21_characters(contract: dict[str, Any]) -> None:

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 from urllib.parse import urlsplit
 
+from run_journal.cli.check import add_check_command
 from run_journal.cli.common import CliError, Command
+from run_journal.cli.diff import add_diff_command
 from run_journal.cli.maintenance import cmd_copy, cmd_export, cmd_reconcile, cmd_verify
 from run_journal.cli.otlp import add_otlp_arguments
 from run_journal.cli.prune import add_prune_command
@@ -117,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_command(sub)
     add_reprice_command(sub)
     add_prune_command(sub)
+    add_check_command(sub)
+    add_diff_command(sub)
     return parser
 
 

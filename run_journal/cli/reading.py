@@ -83,6 +83,8 @@ async def cmd_show(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
             emit(out, line)
     else:
         emit(out, f"status {status_of(events)} (folded from events; no run row)")
+    for event in (event for event in events if event.event_type == "run.score"):
+        emit(out, f"score {render.one_line(render.score_text(event.content))}")
     gaps = [event.seq for event in events]
     if events and (holes := [s for s in find_gaps(gaps) if s >= events[0].seq]):
         emit(out, f"note: this run's events skip thread seq {ranges(holes)} (other runs or lost rows)")

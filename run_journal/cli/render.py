@@ -97,12 +97,23 @@ def summary(event: RunEvent) -> str:
         return f"memory sha256 {str(_field(content, 'content_sha256'))[:16]}…"
     if name.startswith("subagent."):
         return _subagent_summary(name, content)
+    if name == "run.score":
+        return score_text(content)
     if name.startswith(MIDDLEWARE_PREFIX):
         return (f"{_field(content, 'name')} {_field(content, 'hook')}: {_field(content, 'action')}"
                 f" {one_line(_field(content, 'changes', {}), 48)}")
     if isinstance(content, str):
         return content
     return repr(content)
+
+
+def score_text(content: Any) -> str:
+    """``name = value (source): comment`` of a ``run.score`` event."""
+    value = _field(content, "value", None)
+    shown = str(value).lower() if isinstance(value, bool) else str(value)
+    comment = _field(content, "comment", None)
+    return (f"{_field(content, 'name')} = {shown} ({_field(content, 'source')})"
+            + (f": {comment}" if comment else ""))
 
 
 def _duration(meta: Mapping[str, Any]) -> str:
