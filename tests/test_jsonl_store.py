@@ -17,9 +17,9 @@ import pytest
 from blockbuster import BlockingError, blockbuster_ctx
 
 from run_journal import NewEvent, RunRow, open_store
-from run_journal.stores.base import file_name
 from run_journal.stores.jsonl import JsonlRunEventStore
 from run_journal.stores.jsonl import log as jsonl_log
+from run_journal.stores.jsonl.layout import file_name
 from run_journal.stores.jsonl.log import CorruptRecordWarning
 
 WRITER = Path(__file__).with_name("_conformance_writer.py")

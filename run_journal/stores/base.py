@@ -4,13 +4,14 @@
 limits, cursors, event types with their legacy aliases, statuses), makes sure the store is open and
 set up, and hands the backend a frozen, already valid query: ``EventQuery`` for every event page
 (``list_messages``, ``list_messages_by_run``, ``list_events`` and ``follow``), ``ThreadQuery`` and
-``RunQuery`` for the listings. A backend implements only the selection (the ``_select_*`` methods and
-the few other underscored hooks below), never the checks. Invariant 8 lives here too: a page read
-with a ``user_id`` is refused if the backend returned another user's row, and file backends build
-their paths with ``file_name`` / ``path_inside``, so no id can name a path outside the store.
+``RunQuery`` for the listings (``stores/queries.py``). A backend implements only the selection (the
+``_select_*`` methods and the few other underscored hooks below), never the checks. Invariant 8 lives
+here too: a page read with a ``user_id`` is refused if the backend returned another user's row (file
+backends also derive every path from ids so that none escapes the store: ``stores/jsonl/layout.py``).
 
-``run_journal.testing`` is the conformance suite that proves a backend. Stores never import a
-producer or a consumer.
+Retention (``prune``) is a client of this contract: ``stores/retention.py``, which the public
+``prune`` method delegates to. ``run_journal.testing`` is the conformance suite that proves a backend.
+Stores never import a producer or a consumer.
 """
 
 from __future__ import annotations
@@ -19,19 +20,19 @@ import abc
 import asyncio
 import contextlib
 import dataclasses
-import functools
-import hashlib
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
-from run_journal.catalog import LEGACY_ALIASES, TERMINAL_RUN_EVENTS, Category, canonical_event_type
+from run_journal.catalog import LEGACY_ALIASES, TERMINAL_RUN_EVENTS, canonical_event_type
 from run_journal.envelope import JsonObject, JsonValue, NewEvent, RunEvent, validate_id, validate_task_id
-from run_journal.runs import STATUS_AFTER, RunRow, RunStatus
+from run_journal.runs import RunRow
+from run_journal.stores import retention
+from run_journal.stores.queries import MESSAGE, EventQuery, RunQuery, StartQuery, ThreadQuery
+from run_journal.stores.retention import PrunedThread, PruneResult, prune_cutoff
 
 CONTRACT_MAJOR: Final = 1
 """Major version of the stored-record contract; a store written by another major is refused."""
@@ -40,7 +41,15 @@ MAX_PAGE: Final = 10_000
 FOLLOW_PAGE: Final = 500
 """Events a follower reads at a time."""
 
-MESSAGE: Final = Category.MESSAGE.value
+__all__ = [  # with the contract, the names its modules below it define, where callers import them
+    "CONTRACT_MAJOR", "CONTRACT_VERSION", "FOLLOW_PAGE", "MAX_PAGE", "MESSAGE", "RUN_START",
+    "TERMINAL_TYPES", "CorruptStoreError", "EventInput", "EventQuery", "FollowError",
+    "IncompatibleStoreError", "PruneResult", "PrunedThread", "RunEventStore", "RunIdTakenError",
+    "RunQuery", "StartQuery", "StorageProblem", "StoreClosedError", "StoreError", "ThreadQuery", "Waiter",
+    "as_new_event", "check_cursor", "check_limit", "check_optional_id", "check_run_starts",
+    "check_statuses", "check_task_id", "exclusive_set", "expand_event_types", "metadata_task_id",
+    "prune_cutoff",
+]
 
 
 class StoreError(RuntimeError):
@@ -201,94 +210,6 @@ def metadata_task_id(metadata: JsonObject) -> str | None:
     return task_id if isinstance(task_id, str) else None
 
 
-# -- paths of file backends --------------------------------------------------------------------------
-_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def file_name(identifier: str) -> str:
-    """A file name for an id: readable prefix + 16 hex digits of its sha256, unique per id, never
-    path syntax (ids that differ only by case or by characters a filesystem dislikes get their own)."""
-    digest = hashlib.sha256(identifier.encode("utf-8")).hexdigest()[:16]
-    return f"{_UNSAFE.sub('_', identifier)[:48]}-{digest}"
-
-
-def path_inside(root: Path, *names: str) -> Path:
-    """``root / names...``, refused (ValueError) if it resolves outside ``root`` (a symlink swapped
-    in, say). Blocking (it resolves the path): call it from a worker thread."""
-    path = root.joinpath(*names)
-    resolved_root = root.resolve()
-    if not path.resolve().is_relative_to(resolved_root):
-        raise ValueError(f"{path} resolves outside the store directory {resolved_root}")
-    return path
-
-
-# -- queries -----------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True, slots=True)
-class EventQuery:
-    """One page of a thread's events, every field already checked.
-
-    The page holds the events with ``after_seq < seq < before_seq`` (a bound that is None is open)
-    that match every filter: when ``after_seq`` is given, the first ``limit`` of them; otherwise
-    (``newest_first``) the last ``limit``. It is returned in ascending seq order either way.
-    """
-
-    thread_id: str
-    limit: int
-    after_seq: int | None = None
-    before_seq: int | None = None
-    run_id: str | None = None
-    messages_only: bool = False
-    event_types: tuple[str, ...] | None = None
-    """Every name to match, legacy aliases and their canonical twins included."""
-    task_id: str | None = None
-    user_id: str | None = None
-
-    @property
-    def newest_first(self) -> bool:
-        """True when the page is the last ``limit`` matches (read from the newest end)."""
-        return self.after_seq is None
-
-    def admits(
-        self, run_id: str, category: str, event_type: str, user_id: str | None, task_id: str | None
-    ) -> bool:
-        """Whether an event with these fields passes the filters (the seq bounds are not checked)."""
-        return (
-            (self.run_id is None or run_id == self.run_id)
-            and (not self.messages_only or category == MESSAGE)
-            and (self.event_types is None or event_type in self.event_types)
-            and (self.task_id is None or task_id == self.task_id)
-            and (self.user_id is None or user_id == self.user_id)
-        )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ThreadQuery:
-    """Thread ids that hold events (of ``user_id``, if given), ascending, the first ``limit`` above
-    ``after``."""
-
-    limit: int
-    after: str | None = None
-    user_id: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StartQuery:
-    """``run.start`` events of runs without a run row, ascending by run id: the first ``limit`` with
-    a run id greater than ``after``."""
-
-    limit: int
-    after: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RunQuery:
-    """Run rows of a thread (or of every thread), with one of ``statuses`` (if given), ordered by
-    ``started_at``, else the time of the run's first ``put_run``; ties by ``run_id``."""
-
-    thread_id: str | None = None
-    statuses: tuple[str, ...] | None = None
-
-
 # -- the contract ------------------------------------------------------------------------------------
 class RunEventStore(abc.ABC):
     """An append-only, per-thread ordered log of ``RunEvent`` records plus one ``RunRow`` per run.
@@ -347,6 +268,14 @@ class RunEventStore(abc.ABC):
         self._check_open()
         if not self._set_up:
             await self.setup()
+
+    @property
+    def location(self) -> Path | str | None:
+        """Where the store keeps its records: the directory or file of a file store (a ``Path``), a
+        URL naming a server store's database and namespace (no password), or None for a store that
+        lives in this process only. Two store objects with the same location are one store
+        (``prune`` refuses such an archive)."""
+        return None
 
     # -- writes ----------------------------------------------------------------------------------
     async def put(
@@ -436,18 +365,12 @@ class RunEventStore(abc.ABC):
         False when the run already had another terminal event (``reconcile_orphans`` closed it):
         the events are written, the terminal event and the row are not. A row of another thread is
         a ValueError, raised after the events and the terminal event are written.
-
-        This default takes the three steps one after the other, through the public methods; a
-        backend that can do them in one step (a transaction: one commit per run end) overrides it,
-        starting with ``_ready`` as every public method does.
         """
-        if events:
-            await self.put_batch(events)
-        stored, _ = await self.put_event_if_absent(terminal, exclusive_types=TERMINAL_RUN_EVENTS)
-        if stored.event_id != terminal.event_id:
-            return False
-        await self.put_run(row)
-        return True
+        batch = [as_new_event(item) for item in events]
+        check_run_starts(batch)
+        types = exclusive_set(terminal.event_type, TERMINAL_RUN_EVENTS)
+        await self._ready()
+        return await self._put_run_close(batch, terminal, types, row)
 
     # -- reads -----------------------------------------------------------------------------------
     async def list_messages(
@@ -686,6 +609,20 @@ class RunEventStore(abc.ABC):
     async def _put_run(self, row: RunRow) -> RunRow:
         """``put_run``: the guards (owning thread, ``runs.may_replace``) in the same atomic step."""
 
+    async def _put_run_close(
+        self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow
+    ) -> bool:
+        """``put_run_close``: ``types`` are the terminal's exclusive types. This default takes the
+        three steps one after the other (``_append``, ``_put_if_absent``, ``_put_run``); a backend
+        that can do them in one step (one transaction, one locked step) overrides it."""
+        if batch:
+            await self._append(batch)
+        stored, _ = await self._put_if_absent(terminal, types)
+        if stored.event_id != terminal.event_id:
+            return False
+        await self._put_run(row)
+        return True
+
     @abc.abstractmethod
     async def _select_events(self, query: EventQuery) -> list[RunEvent]:
         """The page ``query`` describes, ascending by seq, as fresh records."""
@@ -758,20 +695,16 @@ class RunEventStore(abc.ABC):
         ``run.start``) is kept, and so is a thread written to while it is being pruned. The thread's
         seq counter is kept, as ``delete_by_thread`` keeps it: a thread id used again later
         continues above its old seqs. ``dry_run`` reports what would go and changes nothing.
+        (The engine is ``stores/retention.py``.)
         """
         cutoff = prune_cutoff(older_than)
         check_optional_id("thread_id", thread_id)
-        await self._ready()
         if dry_run:  # nothing is copied: the archive is not even opened
             archive = None
-        if archive is None or isinstance(archive, RunEventStore):
-            return await _Pruner(self, cutoff, archive, dry_run).run(thread_id)
-        if not isinstance(archive, str):
+        if archive is not None and not isinstance(archive, RunEventStore | str):
             raise TypeError(f"archive is a store or a store URL, got {type(archive).__name__}")
-        from run_journal.stores.urls import open_store  # here: urls imports this module
-
-        async with open_store(archive) as opened:
-            return await _Pruner(self, cutoff, opened, dry_run).run(thread_id)
+        await self._ready()
+        return await retention.prune(self, cutoff, archive, dry_run=dry_run, thread_id=thread_id)
 
     async def _delete_run_through(self, thread_id: str, run_id: str, through_seq: int) -> int:
         """Delete one finished run's events with seq <= ``through_seq`` and its row; the number of
@@ -797,244 +730,3 @@ async def _polling(store: RunEventStore) -> AsyncIterator[Waiter]:
         await asyncio.sleep(store.follow_poll_interval)
 
     yield wait
-
-
-# -- retention (``RunEventStore.prune``) --------------------------------------------------------------
-PRUNE_PAGE: Final = 1000
-"""Threads examined per ``list_threads`` page, and events read or copied per step, by ``prune``."""
-LIFECYCLE_TYPES: Final = tuple(sorted(STATUS_AFTER))
-
-
-def prune_cutoff(older_than: timedelta | datetime) -> datetime:
-    """The moment a thread's last event must be older than: now minus an age, or a given moment."""
-    if isinstance(older_than, datetime):
-        if older_than.tzinfo is None:
-            raise ValueError("older_than as a datetime must be timezone-aware")
-        return older_than.astimezone(UTC)
-    if not isinstance(older_than, timedelta) or older_than < timedelta(0):
-        raise ValueError(f"older_than is a non-negative timedelta or an aware datetime, got {older_than!r}")
-    return datetime.now(UTC) - older_than
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PrunedThread:
-    """What ``prune`` did with one thread whose last event is older than the limit."""
-
-    thread_id: str
-    outcome: str
-    """``pruned``; ``would_prune`` (a dry run); or kept: ``running`` (a run still running),
-    ``resumed`` (written to while being pruned: what was removed before stays removed) or
-    ``not_archived`` (the archive could not take a copy with the same seqs)."""
-    last_event_at: datetime
-    last_seq: int
-    events: int = 0
-    """Events removed (or that a dry run would remove)."""
-    runs: int = 0
-    """Run rows removed (or that a dry run would remove)."""
-    archived: int = 0
-    """Events copied to the archive."""
-    reason: str = ""
-    """Why the thread was kept."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PruneResult:
-    """The threads ``prune`` found older than ``cutoff``, and what it did with each."""
-
-    cutoff: datetime
-    dry_run: bool
-    examined: int
-    """Threads looked at (young ones included)."""
-    threads: tuple[PrunedThread, ...]
-
-    @property
-    def pruned(self) -> list[PrunedThread]:
-        """Threads removed (or, in a dry run, that would be)."""
-        return [item for item in self.threads if item.outcome in {"pruned", "would_prune"}]
-
-    @property
-    def kept(self) -> list[PrunedThread]:
-        """Old threads left in place, with the reason."""
-        return [item for item in self.threads if item.outcome not in {"pruned", "would_prune"}]
-
-    @property
-    def events(self) -> int:
-        return sum(item.events for item in self.threads)
-
-    @property
-    def runs(self) -> int:
-        return sum(item.runs for item in self.threads)
-
-
-class _Resumed(Exception):
-    """The thread got events above the seq ``prune`` took as its last."""
-
-
-class _Pruner:
-    """One ``prune`` call, composed from the public contract; removals go through
-    ``_delete_thread_through`` (a backend that deletes a thread in one cheap step) or else
-    ``_delete_run_through``, one run at a time (each a short step of its own)."""
-
-    def __init__(
-        self, store: RunEventStore, cutoff: datetime, archive: RunEventStore | None, dry_run: bool
-    ) -> None:
-        self.store, self.cutoff, self.archive, self.dry_run = store, cutoff, archive, dry_run
-
-    async def run(self, thread_id: str | None) -> PruneResult:
-        if self.archive is not None and await asyncio.to_thread(_same_storage, self.store, self.archive):
-            raise ValueError("the archive is the store being pruned")
-        found: list[PrunedThread] = []
-        examined = 0
-        after: str | None = None
-        while True:
-            if thread_id is not None:
-                page = [thread_id]
-            else:
-                page = await self.store.list_threads(limit=PRUNE_PAGE, after=after)
-            for name in page:
-                examined += 1
-                outcome = await self.thread(name)
-                if outcome is not None:
-                    found.append(outcome)
-                await asyncio.sleep(0)  # a store that never awaits I/O still lets others run
-            if thread_id is not None or len(page) < PRUNE_PAGE:
-                return PruneResult(self.cutoff, self.dry_run, examined, tuple(found))
-            after = page[-1]
-
-    async def thread(self, thread_id: str) -> PrunedThread | None:
-        """Prune one thread if its last event is older than the cutoff (None: it is not)."""
-        store = self.store
-        through = await store.last_seq(thread_id)
-        newest = await store._page(EventQuery(thread_id=thread_id, limit=1))  # newest first
-        if not newest or newest[-1].seq > through or newest[-1].created_at >= self.cutoff:
-            return None
-        kept = functools.partial(PrunedThread, thread_id, last_event_at=newest[-1].created_at,
-                                 last_seq=through)
-        rows = await store.list_runs(thread_id)
-        if (running := await self.running_run(thread_id, rows, through)) is not None:
-            return kept("running", reason=f"run {running!r} is still running")
-        if self.dry_run:
-            count = sum([len(page) async for page in _pages(store, thread_id, through)])
-            return kept("would_prune", events=count, runs=len(rows))
-        archived = 0
-        if self.archive is not None:
-            archived, problem = await self.copy(self.archive, thread_id, through, rows)
-            if problem:
-                return kept("not_archived", archived=archived, reason=problem)
-        whole = await store._delete_thread_through(thread_id, through, [row.run_id for row in rows])
-        if whole is not None:
-            return kept("pruned", events=whole, runs=len(rows), archived=archived)
-        removed = runs = 0
-        try:
-            for row in rows:
-                removed += await self.remove_run(thread_id, row.run_id, through)
-                runs += 1
-            async for page in _pages(store, thread_id, through):  # events of runs without a row
-                for run_id in dict.fromkeys(event.run_id for event in page):
-                    removed += await self.remove_run(thread_id, run_id, through)
-        except _Resumed:
-            return kept("resumed", events=removed, runs=runs, archived=archived,
-                        reason="written to while it was being pruned")
-        return kept("pruned", events=removed, runs=runs, archived=archived)
-
-    async def running_run(self, thread_id: str, rows: Sequence[RunRow], through: int) -> str | None:
-        """A run that may still be running: its row says so (``pending`` only when touched after the
-        cutoff), or its last lifecycle event is ``run.start``."""
-        for row in rows:
-            if row.status == RunStatus.RUNNING or (
-                row.status == RunStatus.PENDING and row.updated_at >= self.cutoff
-            ):
-                return row.run_id
-        last: dict[str, str] = {}
-        async for page in _pages(self.store, thread_id, through, event_types=LIFECYCLE_TYPES):
-            last.update((event.run_id, event.event_type) for event in page)
-        return next((run_id for run_id, kind in last.items() if kind == "run.start"), None)
-
-    async def remove_run(self, thread_id: str, run_id: str, through: int) -> int:
-        if await self.store.last_seq(thread_id) != through:
-            raise _Resumed
-        return await self.store._delete_run_through(thread_id, run_id, through)
-
-    async def copy(
-        self, archive: RunEventStore, thread_id: str, through: int, rows: Sequence[RunRow]
-    ) -> tuple[int, str]:
-        """Copy the thread's events up to ``through`` and its run rows; (events copied, problem).
-
-        Every event keeps its seq or nothing of it is written: seqs the archive has assigned
-        already must hold these very events (an earlier prune that stopped half-way), and the
-        rest must continue the archive's thread without a gap.
-        """
-        expected = await archive.last_seq(thread_id)
-        copied = 0
-        async for page in _pages(self.store, thread_id, through):
-            held = [event for event in page if event.seq <= expected]
-            if held:
-                there = {event.seq: event.event_id async for event in
-                         _between(archive, thread_id, held[0].seq - 1, held[-1].seq)}
-                wrong = next((event for event in held if there.get(event.seq) != event.event_id), None)
-                if wrong is not None:
-                    return copied, f"seq {wrong.seq} of this thread holds another event in the archive"
-            fresh = page[len(held):]
-            for event in fresh:
-                if event.seq != expected + 1:
-                    return copied, (f"seq {expected + 1} is missing here (a deleted run?) or taken in "
-                                    f"the archive: seq {event.seq} would be renumbered")
-                expected = event.seq
-            try:
-                stored = await archive.put_batch([event.as_new_event() for event in fresh])
-            except ValueError as error:  # RunIdTakenError: the archive has that run id elsewhere
-                return copied, str(error)
-            moved = next((event for event, copy in zip(fresh, stored, strict=True)
-                          if copy.seq != event.seq), None)
-            if moved is not None:
-                return copied, f"seq {moved.seq} got another seq in the archive (a concurrent writer?)"
-            copied += len(page)
-        for row in rows:
-            try:
-                stored_row = await archive.put_run(row)
-            except ValueError as error:
-                return copied, f"run {row.run_id!r}: {error}"
-            if stored_row.status != row.status:
-                return copied, f"the archive holds run {row.run_id!r} as {stored_row.status}"
-        return copied, ""
-
-
-async def _pages(
-    store: RunEventStore, thread_id: str, through: int, *, event_types: Sequence[str] | None = None
-) -> AsyncIterator[list[RunEvent]]:
-    """The thread's events with seq <= ``through``, a page at a time, ascending."""
-    cursor = 0
-    while True:
-        page = await store.list_events(thread_id, event_types=event_types, limit=PRUNE_PAGE,
-                                       after_seq=cursor)
-        kept = [event for event in page if event.seq <= through]
-        if kept:
-            yield kept
-        if len(kept) < PRUNE_PAGE:
-            return
-        cursor = kept[-1].seq
-
-
-async def _between(store: RunEventStore, thread_id: str, after: int, through: int) -> AsyncIterator[RunEvent]:
-    """The thread's events with ``after < seq <= through``."""
-    while True:
-        page = await store.list_events(thread_id, limit=PRUNE_PAGE, after_seq=after)
-        for event in page:
-            if event.seq > through:
-                return
-            yield event
-        if len(page) < PRUNE_PAGE:
-            return
-        after = page[-1].seq
-
-
-def _same_storage(store: RunEventStore, other: RunEventStore) -> bool:
-    """Whether two store objects are one store (the same object, or file stores on one path).
-    Blocking (it resolves paths): call it from a worker thread."""
-    if store is other:
-        return True
-    for name in ("root", "path"):  # JsonlRunEventStore.root, SqliteRunEventStore.path
-        mine, theirs = getattr(store, name, None), getattr(other, name, None)
-        if isinstance(mine, Path) and isinstance(theirs, Path):
-            return mine.resolve() == theirs.resolve()
-    return False

@@ -31,7 +31,6 @@ from run_journal.runs import RunRow, may_replace
 from run_journal.stores.base import (
     MESSAGE,
     RUN_START,
-    TERMINAL_TYPES,
     EventQuery,
     RunEventStore,
     RunIdTakenError,
@@ -39,8 +38,6 @@ from run_journal.stores.base import (
     StartQuery,
     ThreadQuery,
     Waiter,
-    as_new_event,
-    check_run_starts,
 )
 
 
@@ -230,18 +227,17 @@ class MemoryRunEventStore(RunEventStore):
             record, written = self._record(event, types)
         return record.to_event(), written
 
-    async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
+    async def _put_run_close(
+        self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow
+    ) -> bool:
         """One locked step: no reader sees the run's last events without its end and its row."""
-        batch = [as_new_event(item) for item in events]
-        check_run_starts(batch)
-        await self._ready()
         row_json = dumps(row.to_dict())
         with self._lock:
             self._check_open()
             self._check_starts([*batch, terminal])
             for event in batch:
                 self._record(event)
-            stored, _ = self._record(terminal, TERMINAL_TYPES)
+            stored, _ = self._record(terminal, types)
             if stored.event.event_id != terminal.event_id:
                 return False
             self._check_run_owner(row)  # as put_run: the events are written, the row is refused

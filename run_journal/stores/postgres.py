@@ -82,6 +82,8 @@ class PostgresRunEventStore(SqlRunEventStore):
 
     dialect = "postgresql"
     duplicate = (IntegrityError,)
+    prune_step = 5000
+    pause_between_prune_steps = False
     follow_fallback_interval: float = 5.0
 
     def __init__(
@@ -124,6 +126,13 @@ class PostgresRunEventStore(SqlRunEventStore):
         )
         engine = create_async_engine(driver_url, **settings)
         return cls(engine, schema_name=schema_name, owns_engine=True, **options)
+
+    @property
+    def location(self) -> str:
+        """``postgresql://user@host:port/database`` (no password), with ``?schema=`` when the store
+        has a schema of its own."""
+        where = self._engine.url.set(drivername="postgresql", password=None).render_as_string(False)
+        return f"{where}?schema={self.schema_name}" if self.schema_name else where
 
     async def _setup(self) -> None:
         """Create the schema and tables or migrate them, one migrator at a time (an advisory lock

@@ -35,24 +35,18 @@ from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores.base import (
     MESSAGE,
     RUN_START,
-    TERMINAL_TYPES,
     EventQuery,
     RunEventStore,
     RunIdTakenError,
     RunQuery,
     StartQuery,
     ThreadQuery,
-    as_new_event,
-    check_run_starts,
-    exclusive_set,
 )
 from run_journal.stores.sql_schema import events, qualified, run_starts, runs, stamp, threads
 
 T = TypeVar("T")
 POSTGRES_EXTRA: Final = "pip install 'run-journal[postgres]'"
 _CHUNK: Final = 500
-PRUNE_STEPS: Final = {"sqlite": 500, "postgresql": 5000}
-"""Events ``prune`` deletes per transaction (``SqlRunEventStore._delete_run_through``)."""
 """Event ids looked up per statement (both databases cap the parameters of one statement)."""
 
 
@@ -278,15 +272,14 @@ class SqlWork:
         return str(row_json), str(owner)
 
     def close_run(
-        self, db: SqlSession, batch: Sequence[NewEvent], terminal: NewEvent, values: Mapping[str, Any],
-        look_up: bool,
+        self, db: SqlSession, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...],
+        values: Mapping[str, Any], look_up: bool,
     ) -> tuple[str, str] | None:
         """``put_run_close`` in one transaction: each thread's events (the terminal event after its
-        thread's), then the row. None, having written only the events, when the run already had
-        another terminal event."""
+        thread's, exclusive among ``types``), then the row. None, having written only the events,
+        when the run already had another terminal event."""
         positions = by_thread(batch)
         positions.setdefault(terminal.thread_id, [])
-        types = exclusive_set(terminal.event_type, TERMINAL_TYPES)
         stored: RunEvent | None = None
         for thread_id in sorted(positions):
             if positions[thread_id]:
@@ -421,6 +414,11 @@ class SqlRunEventStore(RunEventStore):
     """``"sqlite"`` or ``"postgresql"``."""
     duplicate: ClassVar[tuple[type[Exception], ...]]
     """What the driver raises for a unique violation (an event_id stored already)."""
+    prune_step: ClassVar[int]
+    """Events ``prune`` deletes per transaction (``_delete_run_through``)."""
+    pause_between_prune_steps: ClassVar[bool]
+    """Whether ``prune`` rests after each step as long as the step took, so writers of other
+    processes, whose busy handler polls for the database lock, find it free half of the time."""
     schema_name: str | None = None
     """The PostgreSQL schema that holds the tables (None: the connection's default; always on SQLite)."""
 
@@ -471,16 +469,15 @@ class SqlRunEventStore(RunEventStore):
             raise moved_run_error(row.run_id, owner, row.thread_id)
         return RunRow.from_dict(loads(row_json))
 
-    async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
+    async def _put_run_close(
+        self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow
+    ) -> bool:
         """The run's last events, its terminal event and its row in one transaction."""
-        batch = [as_new_event(item) for item in events]
-        check_run_starts(batch)
-        await self._ready()
         values = run_values(row)
         try:  # as in _append: the lookup only when an event_id is stored already
-            stored = await self._write(self._work.close_run, batch, terminal, values, False)
+            stored = await self._write(self._work.close_run, batch, terminal, types, values, False)
         except self.duplicate:
-            stored = await self._write(self._work.close_run, batch, terminal, values, True)
+            stored = await self._write(self._work.close_run, batch, terminal, types, values, True)
         if stored is None:
             return False
         if stored[1] != row.thread_id:  # the events are committed; the row was refused
@@ -515,18 +512,16 @@ class SqlRunEventStore(RunEventStore):
         return await self._write(self._work.delete, thread_id, run_id)
 
     async def _delete_run_through(self, thread_id: str, run_id: str, through_seq: int) -> int:
-        """``prune``'s delete of a run, ``PRUNE_STEPS`` events per transaction: one DELETE of a
+        """``prune``'s delete of a run, ``prune_step`` events per transaction: one DELETE of a
         300,000-event run held SQLite's write lock, and so every other writer, for 8 s
-        (``bench/bench_prune.py --shape big-runs``). On SQLite each step is followed by a pause as
-        long as it took, so writers of other processes (whose busy handler polls) find the lock free
-        half of the time."""
-        limit = PRUNE_STEPS[self.dialect]
+        (``bench/bench_prune.py --shape big-runs``)."""
+        limit = self.prune_step
         deleted = 0
         while True:
             began = time.perf_counter()
             step = await self._write(self._work.delete_through, thread_id, run_id, through_seq, limit)
             deleted += step
-            if self.dialect == "sqlite":
+            if self.pause_between_prune_steps:
                 await asyncio.sleep(time.perf_counter() - began)
             if step < limit:
                 return deleted

@@ -63,6 +63,10 @@ class JsonlRunEventStore(RunEventStore):
         """``jsonl:///relative/dir`` or ``jsonl:////absolute/dir``; options: ``durable``."""
         return cls(file_path_of(url), **options)
 
+    @property
+    def location(self) -> Path:
+        return self.root
+
     async def _setup(self) -> None:
         await self._run(lambda: self._layout.create(durable=self.durable))
 

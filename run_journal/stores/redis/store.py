@@ -130,6 +130,16 @@ class RedisRunEventStore(RunEventStore):
     def prefix(self) -> str:
         return self._prefix
 
+    @property
+    def location(self) -> str:
+        """``redis://host:port/db?prefix=...`` (or ``unix://path?db=...&prefix=...``) of the server
+        and key prefix the store uses."""
+        options = self._client.connection_pool.connection_kwargs
+        if "path" in options:
+            return f"unix://{options['path']}?db={options.get('db', 0)}&prefix={self._prefix}"
+        return f"redis://{options.get('host', 'localhost')}:{options.get('port', 6379)}/" \
+               f"{options.get('db', 0)}?prefix={self._prefix}"
+
     def _thread_key(self, thread_id: str, suffix: str) -> str:
         return f"{self._prefix}t/{thread_id}/{suffix}"
 

@@ -1,0 +1,81 @@
+"""The frozen queries the store contract hands a backend: every field already checked.
+
+``RunEventStore`` (``stores/base.py``) builds one from each public read's arguments; a backend reads
+it and selects, never validating again. They sit below the contract so that clients of the contract
+inside this package (``stores/retention.py``) can build them without importing it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final
+
+from run_journal.catalog import Category
+
+MESSAGE: Final = Category.MESSAGE.value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EventQuery:
+    """One page of a thread's events, every field already checked.
+
+    The page holds the events with ``after_seq < seq < before_seq`` (a bound that is None is open)
+    that match every filter: when ``after_seq`` is given, the first ``limit`` of them; otherwise
+    (``newest_first``) the last ``limit``. It is returned in ascending seq order either way.
+    """
+
+    thread_id: str
+    limit: int
+    after_seq: int | None = None
+    before_seq: int | None = None
+    run_id: str | None = None
+    messages_only: bool = False
+    event_types: tuple[str, ...] | None = None
+    """Every name to match, legacy aliases and their canonical twins included."""
+    task_id: str | None = None
+    user_id: str | None = None
+
+    @property
+    def newest_first(self) -> bool:
+        """True when the page is the last ``limit`` matches (read from the newest end)."""
+        return self.after_seq is None
+
+    def admits(
+        self, run_id: str, category: str, event_type: str, user_id: str | None, task_id: str | None
+    ) -> bool:
+        """Whether an event with these fields passes the filters (the seq bounds are not checked)."""
+        return (
+            (self.run_id is None or run_id == self.run_id)
+            and (not self.messages_only or category == MESSAGE)
+            and (self.event_types is None or event_type in self.event_types)
+            and (self.task_id is None or task_id == self.task_id)
+            and (self.user_id is None or user_id == self.user_id)
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ThreadQuery:
+    """Thread ids that hold events (of ``user_id``, if given), ascending, the first ``limit`` above
+    ``after``."""
+
+    limit: int
+    after: str | None = None
+    user_id: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StartQuery:
+    """``run.start`` events of runs without a run row, ascending by run id: the first ``limit`` with
+    a run id greater than ``after``."""
+
+    limit: int
+    after: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Run rows of a thread (or of every thread), with one of ``statuses`` (if given), ordered by
+    ``started_at``, else the time of the run's first ``put_run``; ties by ``run_id``."""
+
+    thread_id: str | None = None
+    statuses: tuple[str, ...] | None = None
