@@ -42,7 +42,7 @@ FOLLOW_PAGE: Final = 500
 """Events a follower reads at a time."""
 
 __all__ = [  # with the contract, the names its modules below it define, where callers import them
-    "CONTRACT_MAJOR", "CONTRACT_VERSION", "FOLLOW_PAGE", "MAX_PAGE", "MESSAGE", "RUN_START",
+    "CONTRACT_MAJOR", "CONTRACT_VERSION", "FOLLOW_PAGE", "MAX_PAGE", "MAX_SEQ", "MESSAGE", "RUN_START",
     "TERMINAL_TYPES", "CorruptStoreError", "EventInput", "EventQuery", "FollowError",
     "IncompatibleStoreError", "PruneResult", "PrunedThread", "RunEventStore", "RunIdTakenError",
     "RunQuery", "StartQuery", "StorageProblem", "StoreClosedError", "StoreError", "ThreadQuery", "Waiter",
@@ -103,8 +103,10 @@ class StorageProblem:
 
 
 EventInput = NewEvent | Mapping[str, Any]
-Waiter = Callable[[int], Awaitable[None]]
-"""``wait(after_seq)``: returns when events above ``after_seq`` may exist (see ``RunEventStore._watch``)."""
+Waiter = Callable[[int], Awaitable[int | None]]
+"""``wait(after_seq)``: returns when events above ``after_seq`` may exist, with a seq up to which
+every event is visible to the next read (the thread's last seq, as the waiter learned it), or None
+when it does not know one (see ``RunEventStore._watch``)."""
 
 
 # -- argument checks ---------------------------------------------------------------------------------
@@ -130,11 +132,16 @@ def check_limit(limit: int) -> int:
     return limit
 
 
+MAX_SEQ: Final = 2**63 - 1
+"""The highest seq a store can hold (a signed 64-bit column on the SQL stores), so the highest cursor."""
+
+
 def check_cursor(name: str, value: int | None) -> int | None:
+    """A seq cursor (``after_seq``, ``before_seq``): None or an integer from 0 to ``MAX_SEQ``."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQ:
+        raise ValueError(f"{name} must be an integer from 0 to 2**63-1, got {value!r}")
     return value
 
 
@@ -480,36 +487,46 @@ class RunEventStore(abc.ABC):
         ``user_id`` is checked like every read's (ValueError for an invalid id). Stops when the
         store is closed or the consumer stops iterating (``aclose()`` on the iterator, or leaving an
         ``async for``). Sees writes from other processes too.
+
+        A follower waits on the last seq it has *seen*, not the last it yielded: the events of other
+        users (with ``user_id``) and deleted seqs are passed over once, so an idle follower costs
+        nothing but its wait, whatever the filter.
         """
         validate_id("thread_id", thread_id)
-        cursor = check_cursor("after_seq", after_seq) or 0
+        seen = check_cursor("after_seq", after_seq) or 0
         check_optional_id("user_id", user_id)
         await self._ready()
         failures = 0
         async with contextlib.AsyncExitStack() as watching:
             wait: Waiter | None = None
+            visible: int | None = None  # every event up to this seq is visible to the next read
             while not self._closed:
                 try:
                     if wait is None:
                         wait = await watching.enter_async_context(self._watch(thread_id))
+                        visible = None
+                    if visible is None:  # read before the page: the page then holds all up to it
+                        visible = await self._last_seq(thread_id)
                     page = await self.list_events(
-                        thread_id, limit=FOLLOW_PAGE, after_seq=cursor, user_id=user_id
+                        thread_id, limit=FOLLOW_PAGE, after_seq=seen, user_id=user_id
                     )
                     failures = 0
-                    if not page and not self._closed:
-                        await wait(cursor)
+                    if len(page) < FOLLOW_PAGE:  # read to the end: nothing up to `visible` is left
+                        seen = max(seen, visible)
+                    if not page:
+                        visible = None if self._closed else await wait(seen)
                         continue
                 except StoreClosedError:
                     return
                 except Exception as error:  # noqa: BLE001 - a lost connection: start again below
                     failures += 1
-                    await self._follow_failed(error, failures, thread_id, cursor)
+                    await self._follow_failed(error, failures, thread_id, seen)
                     with contextlib.suppress(Exception):  # the watch's connection is gone too
                         await watching.aclose()
                     wait = None
                     continue
                 for event in page:
-                    cursor = event.seq
+                    seen = max(seen, event.seq)
                     yield event
 
     async def _follow_failed(self, error: Exception, failures: int, thread_id: str, cursor: int) -> None:
@@ -520,8 +537,8 @@ class RunEventStore(abc.ABC):
         if failures >= self.follow_attempts:
             raise FollowError(
                 f"follow of thread {thread_id!r} failed {failures} times in a row "
-                f"({type(error).__name__}: {error}); it yielded every event up to seq {cursor}: "
-                f"follow again with after_seq={cursor} to resume"
+                f"({type(error).__name__}: {error}); it yielded every event up to seq {cursor} it "
+                f"was to yield: follow again with after_seq={cursor} to resume"
             ) from error
         await asyncio.sleep(min(self.follow_retry_delay * 2 ** (failures - 1), 5.0))
 
@@ -672,9 +689,11 @@ class RunEventStore(abc.ABC):
 
     def _watch(self, thread_id: str) -> AbstractAsyncContextManager[Waiter]:
         """The wait hook of ``follow``: entered once per follower, it gives a ``wait(after_seq)``
-        that returns when events above ``after_seq`` may exist (or the store closed). This default
-        sleeps ``follow_poll_interval``; backends with a wake-up signal override it."""
-        return _polling(self)
+        that returns when events above ``after_seq`` may exist (or the store closed), with the
+        thread's last seq when it knows it (see ``Waiter``). This default reads ``_last_seq`` every
+        ``follow_poll_interval`` seconds until it is above ``after_seq``; backends with a wake-up
+        signal override it."""
+        return _polling(self, thread_id)
 
     # -- retention -------------------------------------------------------------------------------
     async def prune(
@@ -725,8 +744,20 @@ class RunEventStore(abc.ABC):
 
 
 @contextlib.asynccontextmanager
-async def _polling(store: RunEventStore) -> AsyncIterator[Waiter]:
-    async def wait(after_seq: int) -> None:
-        await asyncio.sleep(store.follow_poll_interval)
+async def _polling(store: RunEventStore, thread_id: str) -> AsyncIterator[Waiter]:
+    async def wait(after_seq: int) -> int | None:
+        return await poll_last_seq(store, thread_id, after_seq)
 
     yield wait
+
+
+async def poll_last_seq(store: RunEventStore, thread_id: str, after_seq: int) -> int | None:
+    """Sleep ``follow_poll_interval`` between reads of the thread's last seq until it is above
+    ``after_seq`` (returned), or the store is closed (None): one cheap read per interval."""
+    while True:
+        await asyncio.sleep(store.follow_poll_interval)
+        if store._closed:
+            return None
+        last = await store._last_seq(thread_id)
+        if last > after_seq:
+            return last

@@ -323,15 +323,19 @@ class MemoryRunEventStore(RunEventStore):
     async def _woken_by_writes(self, thread_id: str) -> AsyncIterator[Waiter]:
         """Waits on a future that the next write of the thread (or ``aclose``) resolves."""
 
-        async def wait(after_seq: int) -> None:
+        async def wait(after_seq: int) -> int | None:
             loop = asyncio.get_running_loop()
             future: asyncio.Future[None] = loop.create_future()
             with self._lock:
                 thread = self._threads[thread_id]
-                if self._closed or thread.last_seq > after_seq:
-                    return
+                if self._closed:
+                    return None
+                if thread.last_seq > after_seq:
+                    return thread.last_seq
                 thread.waiters.append((loop, future))
             await future
+            with self._lock:
+                return None if self._closed else self._threads[thread_id].last_seq
 
         yield wait
 

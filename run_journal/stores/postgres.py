@@ -29,7 +29,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.schema import CreateSchema
 
-from run_journal.stores.base import Waiter
+from run_journal.stores.base import Waiter, poll_last_seq
 from run_journal.stores.sql import SqlRunEventStore, check_schema_name, engine_url, markers
 from run_journal.stores.sql_schema import migrate
 
@@ -170,13 +170,13 @@ class PostgresRunEventStore(SqlRunEventStore):
         """Waits for a notification of the thread (or ``follow_fallback_interval``); polls while no
         listening connection can be had."""
 
-        async def wait(after_seq: int) -> None:
+        async def wait(after_seq: int) -> int | None:
             state = await listener.ensure()
             if state == "unavailable":
-                await asyncio.sleep(self.follow_poll_interval)
-            elif state == "listening":
-                await listener.wait(thread_id, after_seq, self.follow_fallback_interval)
-            # "started": read once more, a write may have slipped in before the LISTEN
+                return await poll_last_seq(self, thread_id, after_seq)
+            if state == "listening":
+                return await listener.wait(thread_id, after_seq, self.follow_fallback_interval)
+            return None  # "started": read once more, a write may have slipped in before the LISTEN
 
         with listener.interest(thread_id):
             yield wait
@@ -261,10 +261,12 @@ class PgListener:
             self._connection, self._driver = connection, driver
             return "started"
 
-    async def wait(self, thread_id: str, after_seq: int, fallback: float) -> None:
-        """Return when a seq above ``after_seq`` was notified for the thread, or after ``fallback`` s."""
-        if self._latest.get(thread_id, 0) > after_seq:
-            return
+    async def wait(self, thread_id: str, after_seq: int, fallback: float) -> int | None:
+        """Return when a seq above ``after_seq`` was notified for the thread (that seq: a
+        notification is delivered after its commit), or None after ``fallback`` seconds (or when the
+        connection was lost)."""
+        if (latest := self._latest.get(thread_id, 0)) > after_seq:
+            return latest
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiters = self._waiters.setdefault(thread_id, set())
         waiters.add(waiter)
@@ -274,6 +276,8 @@ class PgListener:
             waiters.discard(waiter)
             if not waiters:
                 self._waiters.pop(thread_id, None)
+        latest = self._latest.get(thread_id, 0)
+        return latest if latest > after_seq and self._connection is not None else None
 
     def _on_notify(self, _connection: object, _pid: int, _channel: str, payload: str) -> None:
         thread_id, _, seq = payload.rpartition("\n")

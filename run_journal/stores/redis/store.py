@@ -337,16 +337,24 @@ class RedisRunEventStore(RunEventStore):
         try:
             await pubsub.subscribe(self._thread_key(thread_id, "new"))
 
-            async def notified() -> None:
+            latest = 0  # the highest seq published for the thread since the subscription
+
+            def learn(message: Mapping[str, Any] | None) -> bool:
+                nonlocal latest
+                if message is None:  # also a (skipped) subscribe confirmation
+                    return False
+                with contextlib.suppress(TypeError, ValueError):
+                    latest = max(latest, int(message["data"]))
+                return True
+
+            async def notified(after_seq: int) -> None:
                 clock = asyncio.get_running_loop().time
                 deadline = clock() + FOLLOW_FALLBACK_SECONDS
-                while (left := deadline - clock()) > 0:
-                    # None also stands for a (skipped) subscribe confirmation: keep waiting
-                    if await pubsub.get_message(ignore_subscribe_messages=True, timeout=left) is not None:
-                        return
+                while latest <= after_seq and (left := deadline - clock()) > 0:
+                    learn(await pubsub.get_message(ignore_subscribe_messages=True, timeout=left))
 
-            async def wait(after_seq: int) -> None:
-                message = asyncio.ensure_future(notified())
+            async def wait(after_seq: int) -> int | None:
+                message = asyncio.ensure_future(notified(after_seq))
                 stopping = asyncio.ensure_future(self._closing.wait())
                 try:
                     await asyncio.wait({message, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -354,9 +362,10 @@ class RedisRunEventStore(RunEventStore):
                     for task in (message, stopping):
                         task.cancel()
                     await asyncio.gather(message, stopping, return_exceptions=True)
-                while not self._closed and await pubsub.get_message(ignore_subscribe_messages=True,
-                                                                     timeout=0):
+                while not self._closed and learn(await pubsub.get_message(ignore_subscribe_messages=True,
+                                                                           timeout=0)):
                     pass
+                return latest if latest > after_seq and not self._closed else None
 
             yield wait
         finally:
