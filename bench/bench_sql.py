@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from run_journal import NewEvent, RunEvent, open_store
+from run_journal.stores.queries import stamp
 from run_journal.stores.sql import SqlRunEventStore
-from run_journal.stores.sql_schema import stamp
 
 POSTGRES_URL = os.environ.get("RUN_JOURNAL_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 COLUMNS = (

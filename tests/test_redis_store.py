@@ -169,12 +169,12 @@ async def test_deletes_leave_no_key_behind(store: RedisRunEventStore, raw: aiore
     assert await store.delete_by_run("t", "b") == 3
     assert await store.list_threads() == []
     assert await store.list_threads(user_id="u") == []
-    assert await keys_of(raw, store.prefix) == {"contract", "t/t/seq"}
+    assert await keys_of(raw, store.prefix) == {"contract", "layout", "t/t/seq"}
     assert await store.last_seq("t") == 6
     await store.put(thread_id="t", run_id="c", event_type="tool.call", category="trace", user_id="u")
     await store.put_run(RunRow(run_id="c", thread_id="t"))
     assert await store.delete_by_thread("t") == 1
-    assert await keys_of(raw, store.prefix) == {"contract", "t/t/seq"}  # seq is never reused
+    assert await keys_of(raw, store.prefix) == {"contract", "layout", "t/t/seq"}  # seq is never reused
     assert await store.last_seq("t") == 7
 
 
@@ -265,3 +265,22 @@ async def test_processes_share_one_dense_thread(store: RedisRunEventStore, url: 
     events = await read_all(store, "mp")
     assert [e.seq for e in events] == list(range(1, 1201))
     assert sorted(e.event_id for e in events) == sorted(f"{w}-{n}" for w in range(4) for n in range(300))
+
+
+async def test_a_prefix_written_before_the_activity_order_gains_it_at_setup(
+    url: str, raw: aioredis.Redis
+) -> None:
+    from run_journal.testing._activity import assert_history, write_history
+
+    async with open_store(url) as store:
+        assert isinstance(store, RedisRunEventStore)
+        await write_history(store)
+        prefix = store.prefix
+    older = [key for key in await keys_of(raw, prefix)
+             if key == "layout" or key.endswith(("/at", "recent"))]  # what layout 1 did not have
+    assert sorted(older) == ["layout", "recent", "t/a/at", "t/a/u/alice/at", "t/a/u/bob/at", "t/b/at",
+                             "t/b/u/alice/at", "u/alice/recent", "u/bob/recent"]
+    await raw.delete(*(prefix + key for key in older))
+    async with open_store(url) as store:
+        assert await raw.get(prefix + "layout") == "2"
+        await assert_history(store)

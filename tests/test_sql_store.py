@@ -182,7 +182,7 @@ async def test_a_v1_store_gains_first_put_at_and_keeps_its_run_order(sql_url: st
     await set_meta(sql_url, "schema_version", "1")
     async with open_store(sql_url) as store:
         assert isinstance(store, SqlRunEventStore)
-        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION) == "3"
+        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION)
         assert [row.run_id for row in await store.list_runs("t")] == ["b-old", "a-new"]
         await store.put_run(RunRow(run_id="b-old", thread_id="t"))  # an update does not move it
         assert [row.run_id for row in await store.list_runs("t")] == ["b-old", "a-new"]
@@ -211,7 +211,7 @@ async def test_a_v2_store_gains_the_run_id_claims_of_its_stored_runs(sql_url: st
     await set_meta(sql_url, "schema_version", "2")
     async with open_store(sql_url) as store:
         await store.setup()
-        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION) == "3"
+        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION)
         async with database(sql_url) as conn:
             rows = sorted(tuple(row) for row in await conn.execute(
                 text(f"SELECT run_id, thread_id, event_id FROM {table}")))
@@ -391,7 +391,7 @@ async def test_schema_parameter_isolates_stores(pg_database: str) -> None:
         assert tables == [
             (schema, name) for schema in ("iso_a", "iso_b")
             for name in ("run_journal_events", "run_journal_meta", "run_journal_run_starts",
-                         "run_journal_runs", "run_journal_threads")
+                         "run_journal_runs", "run_journal_threads", "run_journal_user_threads")
         ]
 
 
@@ -426,3 +426,32 @@ async def test_postgres_follow_wakes_on_notify_from_another_process(pg_database:
             got = await first
         assert (got.seq, got.run_id) == (1, "other-process")
         await follower.aclose()
+
+
+async def test_a_v3_store_gains_the_activity_and_run_orders(sql_url: str) -> None:
+    """Schema v4 adds the indexed orders (threads by their newest event, per user too; runs by
+    start): filled from what a v3 store holds."""
+    from sqlalchemy import text
+
+    from run_journal.testing._activity import assert_history, write_history
+
+    async with open_store(sql_url) as store:
+        await write_history(store)
+    schema = engine_url(sql_url)[1]
+    prefix = f'"{schema}".' if schema else ""
+    async with database(sql_url) as conn:  # make it look like a v3 store
+        for statement in (
+            f"DROP TABLE {prefix}run_journal_user_threads",
+            f"DROP INDEX {prefix}ix_run_journal_threads_recent",
+            f"ALTER TABLE {prefix}run_journal_threads DROP COLUMN last_at",
+            f"DROP INDEX {prefix}ix_run_journal_runs_order",
+            f"DROP INDEX {prefix}ix_run_journal_runs_all_order",
+            f"ALTER TABLE {prefix}run_journal_runs DROP COLUMN ordered_at",
+            f"DROP INDEX {prefix}ix_run_journal_events_user",
+            f"CREATE INDEX ix_run_journal_runs_thread ON {prefix}run_journal_runs (thread_id, started_at)",
+        ):
+            await conn.execute(text(statement))
+    await set_meta(sql_url, "schema_version", "3")
+    async with open_store(sql_url) as store:
+        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION)
+        await assert_history(store)

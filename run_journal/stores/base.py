@@ -31,7 +31,16 @@ from run_journal.catalog import LEGACY_ALIASES, TERMINAL_RUN_EVENTS, canonical_e
 from run_journal.envelope import JsonObject, JsonValue, NewEvent, RunEvent, validate_id, validate_task_id
 from run_journal.runs import RunRow
 from run_journal.stores import retention
-from run_journal.stores.queries import MESSAGE, EventQuery, RunQuery, StartQuery, ThreadQuery
+from run_journal.stores.queries import (
+    MESSAGE,
+    EventQuery,
+    RecentThreadQuery,
+    RunQuery,
+    StartQuery,
+    ThreadActivity,
+    ThreadQuery,
+    stamp,
+)
 from run_journal.stores.retention import PrunedThread, PruneResult, prune_cutoff
 
 CONTRACT_MAJOR: Final = 1
@@ -44,11 +53,11 @@ FOLLOW_PAGE: Final = 500
 __all__ = [  # with the contract, the names its modules below it define, where callers import them
     "CONTRACT_MAJOR", "CONTRACT_VERSION", "FOLLOW_PAGE", "MAX_PAGE", "MAX_SEQ", "MESSAGE", "RUN_START",
     "TERMINAL_TYPES", "CorruptStoreError", "EventInput", "EventQuery", "FollowError",
-    "IncompatibleStoreError", "PruneResult", "PrunedThread", "RunEventStore", "RunIdTakenError",
-    "RunQuery", "StartQuery", "StorageProblem", "StoreClosedError", "StoreError", "ThreadQuery", "Waiter",
-    "as_new_event", "check_cursor", "check_limit", "check_optional_id", "check_run_starts",
-    "check_statuses", "check_task_id", "exclusive_set", "expand_event_types", "metadata_task_id",
-    "prune_cutoff",
+    "IncompatibleStoreError", "PruneResult", "PrunedThread", "RecentThreadQuery", "RunEventStore",
+    "RunIdTakenError", "RunQuery", "StartQuery", "StorageProblem", "StoreClosedError", "StoreError",
+    "ThreadActivity", "ThreadQuery", "Waiter", "after_error", "as_new_event", "check_cursor", "check_limit",
+    "check_optional_id", "check_run_starts", "check_statuses", "check_task_id", "check_thread_cursor",
+    "exclusive_set", "expand_event_types", "metadata_task_id", "prune_cutoff", "stamp",
 ]
 
 
@@ -143,6 +152,27 @@ def check_cursor(name: str, value: int | None) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQ:
         raise ValueError(f"{name} must be an integer from 0 to 2**63-1, got {value!r}")
     return value
+
+
+def check_thread_cursor(before: str | None) -> tuple[str, str] | None:
+    """``list_recent_threads``' ``before``: a ``ThreadActivity.cursor`` (``<stamp>/<thread_id>``),
+    as (stamp, thread_id)."""
+    if before is None:
+        return None
+    when, slash, thread_id = before.partition("/") if isinstance(before, str) else ("", "", "")
+    try:
+        moment = datetime.fromisoformat(when)
+        if not slash or moment.tzinfo is None or stamp(moment) != when:
+            raise ValueError(when)
+        return when, validate_id("thread_id", thread_id)
+    except ValueError:
+        raise ValueError(f"before must be the cursor of a listed thread (ThreadActivity.cursor), "
+                         f"got {before!r}") from None
+
+
+def after_error(run_id: str) -> ValueError:
+    """``list_runs(after=...)`` named a run that is not in the listing."""
+    return ValueError(f"after={run_id!r} is not a run of this listing (deleted, or of another thread)")
 
 
 def check_optional_id(name: str, value: str | None) -> str | None:
@@ -473,6 +503,23 @@ class RunEventStore(abc.ABC):
         await self._ready()
         return await self._select_threads(query)
 
+    async def list_recent_threads(
+        self, *, user_id: str | None = None, limit: int = 50, before: str | None = None
+    ) -> list[ThreadActivity]:
+        """Threads that hold events, most recently active first, each with its latest activity: the
+        ``created_at`` of its newest event; with ``user_id``, only threads holding that user's
+        events, by that user's newest event. Ties: the greater thread id first.
+
+        Page on by passing the last item's ``cursor`` as the next ``before``. Every backend reads
+        this order from an index, so a page costs the same however many threads the store holds.
+        """
+        query = RecentThreadQuery(
+            limit=check_limit(limit), before=check_thread_cursor(before),
+            user_id=check_optional_id("user_id", user_id),
+        )
+        await self._ready()
+        return await self._select_recent_threads(query)
+
     async def last_seq(self, thread_id: str) -> int:
         """The highest seq ever assigned in the thread (0 for a thread with no events)."""
         validate_id("thread_id", thread_id)
@@ -570,17 +617,42 @@ class RunEventStore(abc.ABC):
         return await self._check_integrity(threads)
 
     async def list_runs(
-        self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
+        self,
+        thread_id: str | None = None,
+        *,
+        statuses: Sequence[str] | None = None,
+        user_id: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+        after: str | None = None,
     ) -> list[RunRow]:
-        """Run rows of a thread (or of every thread), optionally by status (a sequence of names).
+        """Run rows of a thread (or of every thread), optionally by status (a sequence of names) and
+        by ``user_id``.
 
         Order, on every backend: by ``started_at``, or for a row without one, by the time of the
         first ``put_run`` of that run (a later update never moves it); ties by ``run_id``.
+        ``newest_first`` reverses it. ``limit`` rows (all when None); ``after`` the run id of the
+        previous page's last row: the page continues after it (a ValueError when it is not a run
+        of this listing). Every backend pages this order from an index.
         """
-        query = RunQuery(thread_id=check_optional_id("thread_id", thread_id),
-                         statuses=check_statuses(statuses))
+        query = RunQuery(
+            thread_id=check_optional_id("thread_id", thread_id), statuses=check_statuses(statuses),
+            user_id=check_optional_id("user_id", user_id),
+            limit=None if limit is None else check_limit(limit), newest_first=bool(newest_first),
+            after=check_optional_id("after", after),
+        )
         await self._ready()
         return await self._select_runs(query)
+
+    async def count_runs(
+        self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None,
+        user_id: str | None = None,
+    ) -> int:
+        """How many rows ``list_runs`` with these filters lists."""
+        query = RunQuery(thread_id=check_optional_id("thread_id", thread_id),
+                         statuses=check_statuses(statuses), user_id=check_optional_id("user_id", user_id))
+        await self._ready()
+        return await self._count_runs(query)
 
     # -- deletes ---------------------------------------------------------------------------------
     async def delete_by_thread(self, thread_id: str) -> int:
@@ -657,7 +729,27 @@ class RunEventStore(abc.ABC):
     async def _get_run(self, run_id: str) -> RunRow | None: ...
 
     @abc.abstractmethod
-    async def _select_runs(self, query: RunQuery) -> list[RunRow]: ...
+    async def _select_runs(self, query: RunQuery) -> list[RunRow]:
+        """The rows of ``query`` in its order; with ``query.after``, a ValueError (``after_error``)
+        when that run is not one of the listing's."""
+
+    async def _count_runs(self, query: RunQuery) -> int:
+        """``count_runs``. This default lists the rows; the backends here count in their index."""
+        return len(await self._select_runs(query))
+
+    async def _select_recent_threads(self, query: RecentThreadQuery) -> list[ThreadActivity]:
+        """``list_recent_threads``. This default reads every thread's newest event and sorts them
+        (slow on a large store); every backend here keeps an index of the order instead."""
+        found: list[ThreadActivity] = []
+        threads = ThreadQuery(limit=MAX_PAGE, user_id=query.user_id)
+        while names := await self._select_threads(threads):
+            for thread_id in names:
+                newest = await self._select_events(EventQuery(thread_id, 1, user_id=query.user_id))
+                if newest and query.admits((stamp(newest[-1].created_at), thread_id)):
+                    found.append(ThreadActivity(thread_id, newest[-1].created_at))
+            threads = dataclasses.replace(threads, after=names[-1])
+        found.sort(key=lambda item: (item.last_activity_at, item.thread_id), reverse=True)
+        return found[: query.limit]
 
     @abc.abstractmethod
     async def _delete_thread(self, thread_id: str) -> int: ...

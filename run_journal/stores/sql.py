@@ -25,6 +25,7 @@ import importlib.util
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, ClassVar, Final, Protocol, TypeVar
 
 from sqlalchemy.engine import URL, make_url
@@ -36,13 +37,17 @@ from run_journal.stores.base import (
     MESSAGE,
     RUN_START,
     EventQuery,
+    RecentThreadQuery,
     RunEventStore,
     RunIdTakenError,
     RunQuery,
     StartQuery,
+    ThreadActivity,
     ThreadQuery,
+    after_error,
 )
-from run_journal.stores.sql_schema import events, qualified, run_starts, runs, stamp, threads
+from run_journal.stores.queries import stamp
+from run_journal.stores.sql_schema import events, qualified, run_starts, runs, threads, user_threads
 
 T = TypeVar("T")
 POSTGRES_EXTRA: Final = "pip install 'run-journal[postgres]'"
@@ -82,9 +87,10 @@ INSERT_COLUMNS: Final = (
     "created_at", "event_id", "user_id",
 )
 RUN_COLUMNS: Final = ("run_id", "thread_id", "user_id", "status", "started_at", "updated_at", "row",
-                      "first_put_at")
-_KEPT_ON_UPDATE: Final = frozenset({"run_id", "thread_id", "first_put_at"})
-"""Run columns an update never changes (a run never moves to another thread)."""
+                      "first_put_at", "ordered_at")
+_KEPT_ON_UPDATE: Final = frozenset({"run_id", "thread_id", "first_put_at", "ordered_at"})
+"""Run columns an update never sets from the new row (a run never moves to another thread; its
+place in the order is its start, else its first put, as stored)."""
 
 
 def insert_values(event: NewEvent, seq: int) -> tuple[Any, ...]:
@@ -108,11 +114,12 @@ def markers(sql: str) -> tuple[str, tuple[str, ...]]:
 def run_values(row: RunRow) -> dict[str, Any]:
     """The runs table's columns for ``row``; ``first_put_at`` is now (kept only by an insert)."""
     data = row.to_dict()
+    now = stamp(utc_now())
     return {
         "run_id": row.run_id, "thread_id": row.thread_id, "user_id": row.user_id,
         "status": data["status"], "updated_at": stamp(row.updated_at),
         "started_at": stamp(row.started_at) if row.started_at else None, "row": dumps(data),
-        "first_put_at": stamp(utc_now()),
+        "first_put_at": now, "ordered_at": stamp(row.started_at) if row.started_at else now,
     }
 
 
@@ -151,19 +158,42 @@ class SqlWork:
                               "WHERE run_id = :run_id")
         self.event_stored = (f"SELECT 1 FROM {self.events} "
                              "WHERE thread_id = :thread_id AND event_id = :event_id")
+        self.user_threads = qualified(user_threads, schema)
+        # last_at (the created_at of the newest event) is set here when every event is known to be
+        # new, else (NULL) by set_last once the lookups have said which are
         self.bump = (
-            f"INSERT INTO {self.threads} AS c (thread_id, last_seq) VALUES (:thread_id, :count) "
-            "ON CONFLICT (thread_id) DO UPDATE SET last_seq = c.last_seq + excluded.last_seq "
-            "RETURNING last_seq"
+            f"INSERT INTO {self.threads} AS c (thread_id, last_seq, last_at) "
+            "VALUES (:thread_id, :count, :last_at) "
+            "ON CONFLICT (thread_id) DO UPDATE SET last_seq = c.last_seq + excluded.last_seq, "
+            "last_at = coalesce(excluded.last_at, c.last_at) RETURNING last_seq"
         )
-        self.set_last = f"UPDATE {self.threads} SET last_seq = :last_seq WHERE thread_id = :thread_id"
+        self.set_last = (f"UPDATE {self.threads} SET last_seq = :last_seq, "
+                         "last_at = coalesce(:last_at, last_at) WHERE thread_id = :thread_id")
+        self.touch_user = (
+            f"INSERT INTO {self.user_threads} (user_id, thread_id, last_at) "
+            "VALUES (:user_id, :thread_id, :last_at) "
+            "ON CONFLICT (user_id, thread_id) DO UPDATE SET last_at = excluded.last_at"
+        )
+        newest = f"SELECT e.created_at FROM {self.events} AS e WHERE e.thread_id = :thread_id"
+        self.reset_activity = (  # after a delete: the newest remaining event (NULL: none)
+            f"UPDATE {self.threads} SET last_at = ({newest} ORDER BY e.seq DESC LIMIT 1) "
+            "WHERE thread_id = :thread_id"
+        )
+        self.drop_users_gone = (
+            f"DELETE FROM {self.user_threads} WHERE thread_id = :thread_id AND NOT EXISTS "
+            f"({newest} AND e.user_id = {self.user_threads}.user_id)"
+        )
+        self.reset_users = (
+            f"UPDATE {self.user_threads} SET last_at = ({newest} AND e.user_id = "
+            f"{self.user_threads}.user_id ORDER BY e.seq DESC LIMIT 1) WHERE thread_id = :thread_id"
+        )
         self.insert = (
             f"INSERT INTO {self.events} ({', '.join(INSERT_COLUMNS)}) "
             f"VALUES ({', '.join(':' + name for name in INSERT_COLUMNS)})"
         )
         updates = ", ".join(
             f'"{name}" = excluded."{name}"' for name in RUN_COLUMNS if name not in _KEPT_ON_UPDATE
-        )
+        ) + ', "ordered_at" = coalesce(excluded."started_at", r."first_put_at")'
         finished = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
         columns = ", ".join(f'"{name}"' for name in RUN_COLUMNS)
         self.upsert_run = (  # the guards (same thread, runs.may_replace) are the update's WHERE
@@ -206,15 +236,18 @@ class SqlWork:
         first: dict[str, NewEvent] = {}
         for event in batch:
             first.setdefault(event.event_id, event)
-        last = int(db.rows(self.bump, {"thread_id": thread_id, "count": len(first)})[0][0])
+        all_new = not look_up and not types  # else the lookups below decide which are
+        newest = stamp(next(reversed(first.values())).created_at) if all_new else None
+        last = int(db.rows(self.bump, {"thread_id": thread_id, "count": len(first), "last_at": newest})[0][0])
         found = self._stored_ids(db, thread_id, list(first)) if look_up else {}
         for event in first.values() if types else ():
             if event.event_id not in found and (row := self._first_of(db, event, types)) is not None:
                 found[event.event_id] = row
         fresh = [event for event in first.values() if event.event_id not in found]
-        if len(fresh) < len(first):  # give back the seqs of what was stored already
-            last -= len(first) - len(fresh)
-            db.run(self.set_last, {"thread_id": thread_id, "last_seq": last})
+        if not all_new:
+            last -= len(first) - len(fresh)  # give back the seqs of what was stored already
+            db.run(self.set_last, {"thread_id": thread_id, "last_seq": last,
+                                   "last_at": stamp(fresh[-1].created_at) if fresh else None})
         for event in fresh:
             if event.event_type == RUN_START:
                 self._claim_run_id(db, event)
@@ -222,6 +255,9 @@ class SqlWork:
         seqs = {event.event_id: start + n for n, event in enumerate(fresh)}
         if fresh:
             db.run_many(self.insert, [insert_values(event, seqs[event.event_id]) for event in fresh])
+            users = {event.user_id: stamp(event.created_at) for event in fresh if event.user_id is not None}
+            if users:
+                db.run_many(self.touch_user, [(user, thread_id, moment) for user, moment in users.items()])
             db.notify(thread_id, last)
         results: list[tuple[RunEvent, bool]] = []
         returned: set[str] = set()
@@ -328,15 +364,31 @@ class SqlWork:
         return int(db.rows(sql, params)[0][0])
 
     def select_threads(self, db: SqlSession, query: ThreadQuery) -> list[str]:
-        holds = f"SELECT 1 FROM {self.events} AS e WHERE e.thread_id = c.thread_id"
-        if query.user_id is not None:
-            holds += " AND e.user_id = :user_id"
-        sql = f"SELECT c.thread_id FROM {self.threads} AS c WHERE EXISTS ({holds})"
+        """One index range: the thread counters that hold events (``last_at`` set) or, for a user,
+        that user's rows of ``run_journal_user_threads``."""
+        if query.user_id is None:
+            sql = f"SELECT thread_id FROM {self.threads} WHERE last_at IS NOT NULL"
+        else:
+            sql = f"SELECT thread_id FROM {self.user_threads} WHERE user_id = :user_id"
         if query.after is not None:
-            sql += " AND c.thread_id > :after"
-        sql += " ORDER BY c.thread_id LIMIT :limit"
+            sql += " AND thread_id > :after"
+        sql += " ORDER BY thread_id LIMIT :limit"
         params = {"user_id": query.user_id, "after": query.after, "limit": query.limit}
         return [str(row[0]) for row in db.rows(sql, params)]
+
+    def select_recent_threads(self, db: SqlSession, query: RecentThreadQuery) -> list[ThreadActivity]:
+        """One index range, read backwards: (``last_at``, ``thread_id``) below the cursor."""
+        if query.user_id is None:
+            sql = f"SELECT thread_id, last_at FROM {self.threads} WHERE last_at IS NOT NULL"
+        else:
+            sql = f"SELECT thread_id, last_at FROM {self.user_threads} WHERE user_id = :user_id"
+        params: dict[str, Any] = {"user_id": query.user_id, "limit": query.limit}
+        if query.before is not None:
+            sql += " AND (last_at, thread_id) < (:before_at, :before_id)"
+            params["before_at"], params["before_id"] = query.before
+        sql += " ORDER BY last_at DESC, thread_id DESC LIMIT :limit"
+        return [ThreadActivity(str(thread_id), datetime.fromisoformat(str(moment)))
+                for thread_id, moment in db.rows(sql, params)]
 
     def last_seq(self, db: SqlSession, thread_id: str) -> int:
         found = db.rows(f"SELECT last_seq FROM {self.threads} WHERE thread_id = :thread_id",
@@ -358,22 +410,43 @@ class SqlWork:
         sql += " ORDER BY s.run_id LIMIT :limit"
         return RunEvent.from_rows(db.rows(sql, {"after": query.after, "limit": query.limit}))
 
-    def select_runs(self, db: SqlSession, query: RunQuery) -> list[RunRow]:
+    def _run_filters(self, query: RunQuery) -> tuple[list[str], dict[str, Any]]:
         where, params = [], {}
-        if query.thread_id is not None:
-            where.append("thread_id = :thread_id")
-            params["thread_id"] = query.thread_id
+        for column in ("thread_id", "user_id"):
+            if (value := getattr(query, column)) is not None:
+                where.append(f"{column} = :{column}")
+                params[column] = value
         if query.statuses is not None:
-            if not query.statuses:
-                return []
             marks, names = _names("status", query.statuses)
-            where.append(f"status IN ({marks})")
+            where.append(f"status IN ({marks})" if query.statuses else "1 = 0")
             params.update(names)
+        return where, params
+
+    def select_runs(self, db: SqlSession, query: RunQuery) -> list[RunRow]:
+        """One index range of (``thread_id``,) ``ordered_at``, ``run_id``; the cursor's place is
+        read first, in the same unit."""
+        where, params = self._run_filters(query)
+        if query.after is not None:
+            found = db.rows(f"SELECT ordered_at, thread_id FROM {self.runs} WHERE run_id = :run_id",
+                            {"run_id": query.after})
+            if not found or query.thread_id not in (None, found[0][1]):
+                raise after_error(query.after)
+            where.append(f"(ordered_at, run_id) {'<' if query.newest_first else '>'} (:after_at, :after_id)")
+            params["after_at"], params["after_id"] = found[0][0], query.after
         sql = f'SELECT "row" FROM {self.runs}'
         if where:
             sql += f" WHERE {' AND '.join(where)}"
-        sql += " ORDER BY coalesce(started_at, first_put_at, updated_at), run_id"
+        order = "DESC" if query.newest_first else "ASC"
+        sql += f" ORDER BY ordered_at {order}, run_id {order}"
+        if query.limit is not None:
+            sql += " LIMIT :limit"
+            params["limit"] = query.limit
         return [RunRow.from_dict(loads(row[0])) for row in db.rows(sql, params)]
+
+    def count_runs(self, db: SqlSession, query: RunQuery) -> int:
+        where, params = self._run_filters(query)
+        sql = f"SELECT count(*) FROM {self.runs}" + (f" WHERE {' AND '.join(where)}" if where else "")
+        return int(db.rows(sql, params)[0][0])
 
     # -- deletes ---------------------------------------------------------------------------------
     def delete(self, db: SqlSession, thread_id: str, run_id: str | None = None) -> int:
@@ -383,7 +456,20 @@ class SqlWork:
         deleted = db.run(f"DELETE FROM {self.events} WHERE {where}", params)
         db.run(f"DELETE FROM {self.runs} WHERE {where}", params)
         db.run(f"DELETE FROM {self.run_starts} WHERE {where}", params)  # the run ids are free again
+        if deleted:
+            self._reset_activity(db, thread_id, whole=run_id is None)
         return deleted
+
+    def _reset_activity(self, db: SqlSession, thread_id: str, *, whole: bool = False) -> None:
+        """After a delete: the thread's (and its users') newest remaining event, or none."""
+        params = {"thread_id": thread_id}
+        if whole:
+            db.run(f"UPDATE {self.threads} SET last_at = NULL WHERE thread_id = :thread_id", params)
+            db.run(f"DELETE FROM {self.user_threads} WHERE thread_id = :thread_id", params)
+            return
+        db.run(self.reset_activity, params)
+        db.run(self.drop_users_gone, params)
+        db.run(self.reset_users, params)
 
     def delete_through(
         self, db: SqlSession, thread_id: str, run_id: str, through_seq: int, limit: int
@@ -398,6 +484,8 @@ class SqlWork:
         if deleted < limit:
             for table in (self.runs, self.run_starts):
                 db.run(f"DELETE FROM {table} WHERE thread_id = :thread_id AND run_id = :run_id", params)
+        if deleted:
+            self._reset_activity(db, thread_id)
         return deleted
 
 
@@ -501,6 +589,12 @@ class SqlRunEventStore(RunEventStore):
 
     async def _select_runs(self, query: RunQuery) -> list[RunRow]:
         return await self._read(self._work.select_runs, query)
+
+    async def _count_runs(self, query: RunQuery) -> int:
+        return await self._read(self._work.count_runs, query)
+
+    async def _select_recent_threads(self, query: RecentThreadQuery) -> list[ThreadActivity]:
+        return await self._read(self._work.select_recent_threads, query)
 
     async def _select_starts_without_row(self, query: StartQuery) -> list[RunEvent]:
         return await self._read(self._work.select_starts_without_row, query)

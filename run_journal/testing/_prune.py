@@ -57,6 +57,7 @@ def outcomes(result: PruneResult) -> dict[str, tuple[str, int, int]]:
 async def assert_gone(store: RunEventStore, thread_id: str, run_ids: list[str]) -> None:
     """Nothing of the thread is left to any read (its counter aside)."""
     assert thread_id not in await store.list_threads()
+    assert thread_id not in [item.thread_id for item in await store.list_recent_threads(limit=1000)]
     assert await store.list_events(thread_id) == []
     assert await store.list_events(thread_id, event_types=["run.start", "run.end"]) == []
     assert await store.list_events(thread_id, task_id="k") == []

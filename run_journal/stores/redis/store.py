@@ -24,7 +24,7 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
@@ -37,13 +37,17 @@ from run_journal.stores.base import (
     RUN_START,
     EventQuery,
     IncompatibleStoreError,
+    RecentThreadQuery,
     RunEventStore,
     RunIdTakenError,
     RunQuery,
     StartQuery,
+    ThreadActivity,
     ThreadQuery,
     Waiter,
+    after_error,
     metadata_task_id,
+    stamp,
 )
 from run_journal.stores.redis import scripts
 from run_journal.stores.redis.records import (
@@ -58,6 +62,8 @@ from run_journal.stores.redis.records import (
 )
 
 DEFAULT_PREFIX: Final = "run_journal:"
+LAYOUT_VERSION: Final = 2
+"""The key layout of a prefix (``P layout``): 2 added the activity order (``P recent``)."""
 FOLLOW_FALLBACK_SECONDS: Final = 5.0
 """A follower re-reads at least this often even without a notification (a lost publish, a restart)."""
 
@@ -111,6 +117,7 @@ class RedisRunEventStore(RunEventStore):
         self._page_script = register(header("#!lua flags=no-writes") + scripts.PAGE)
         self._delete_thread_script = register(header("#!lua flags=allow-oom") + scripts.DELETE_THREAD)
         self._delete_run_script = register(header("#!lua flags=allow-oom") + scripts.DELETE_RUN_STEP)
+        self._place_thread_script = register(header("#!lua") + scripts.PLACE_THREAD)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisRunEventStore:
@@ -150,13 +157,30 @@ class RedisRunEventStore(RunEventStore):
         if int(str(server.get("redis_version", "7")).split(".", 1)[0]) < 7:
             self._register_scripts(flags=False)
         key = self._prefix + "contract"
-        await self._client.set(key, CONTRACT_VERSION, nx=True)
+        fresh = bool(await self._client.set(key, CONTRACT_VERSION, nx=True))
         stored = text(await self._client.get(key) or CONTRACT_VERSION)
         if stored.split(".", 1)[0] != str(CONTRACT_MAJOR):
             raise IncompatibleStoreError(
                 f"Redis prefix {self._prefix!r} holds contract {stored}; "
                 f"this library reads {CONTRACT_MAJOR}.x"
             )
+        layout = self._prefix + "layout"
+        if fresh:
+            await self._client.set(layout, LAYOUT_VERSION, nx=True)
+        elif int(await self._client.get(layout) or 1) < LAYOUT_VERSION:
+            await self._place_every_thread()
+            await self._client.set(layout, LAYOUT_VERSION)
+
+    async def _place_every_thread(self) -> None:
+        """The upgrade of a prefix written before the activity order (layout 1): every thread takes
+        its place in ``P recent`` (and per user), from its newest event. Idempotent, so processes
+        setting up at once may each do it; threads written meanwhile are placed by their writers."""
+        start = "-"
+        while names := [text(name) for name in await self._client.zrangebylex(
+                self._prefix + "threads", start, "+", start=0, num=500)]:
+            await run_scripts(self._client, [(self._place_thread_script, [], [self._prefix, name])
+                                             for name in names])
+            start = "(" + names[-1]
 
     async def _release(self) -> None:
         self._closing.set()
@@ -194,7 +218,7 @@ class RedisRunEventStore(RunEventStore):
                     event.event_id, event.run_id, event.event_type,
                     "1" if event.category == "message" else "0",
                     task_key(task_id) if task_id is not None else "",
-                    event.user_id or "", encode(event),
+                    event.user_id or "", encode(event), stamp(event.created_at),
                 ]
             calls.append((self._append_script, [], args))
         if mode == "append" and len(calls) > 1 and any(e.event_type == RUN_START for e in batch):
@@ -321,6 +345,34 @@ class RedisRunEventStore(RunEventStore):
             start = "(" + batch[-1]
         return threads
 
+    async def _select_recent_threads(self, query: RecentThreadQuery) -> list[ThreadActivity]:
+        """A reverse lexical range of ``P recent`` (or the user's); a member whose thread no longer
+        holds it (its keys expired) leaves the set lazily."""
+        if query.user_id is None:
+            index, at_key = self._prefix + "recent", "at"
+        else:
+            index, at_key = f"{self._prefix}u/{query.user_id}/recent", f"u/{query.user_id}/at"
+        found: list[ThreadActivity] = []
+        high = "+" if query.before is None else "(" + "/".join(query.before)
+        while len(found) < query.limit:
+            members = [text(member) for member in await self._client.zrevrangebylex(
+                index, high, "-", start=0, num=query.limit - len(found))]
+            if not members:
+                break
+            places = [member.partition("/") for member in members]
+            async with self._client.pipeline(transaction=False) as pipe:
+                for _, _, thread_id in places:
+                    pipe.get(self._thread_key(thread_id, at_key))
+                current = [text(value) if value is not None else None for value in await pipe.execute()]
+            stale = [member for member, now in zip(members, current, strict=True) if now != member]
+            if stale:
+                await self._client.zrem(index, *stale)
+            found += [ThreadActivity(thread_id, datetime.fromisoformat(moment))
+                      for (moment, _, thread_id), member, now in zip(places, members, current, strict=True)
+                      if now == member]
+            high = "(" + members[-1]
+        return found
+
     async def _last_seq(self, thread_id: str) -> int:
         value = await self._client.get(self._thread_key(thread_id, "seq"))
         return int(value) if value is not None else 0
@@ -377,20 +429,47 @@ class RedisRunEventStore(RunEventStore):
         return RunRow.from_dict(json.loads(stored)) if stored is not None else None
 
     async def _select_runs(self, query: RunQuery) -> list[RunRow]:
-        if query.thread_id is None:
-            index = self._prefix + "runs"
-        else:
-            index = self._thread_key(query.thread_id, "runs")
-        run_ids = [text(run_id) for run_id in await self._client.zrange(index, 0, -1)]  # type: ignore[arg-type]  # plain zrange gives members only
-        async with self._client.pipeline(transaction=False) as pipe:
-            for run_id in run_ids:
-                pipe.hget(f"{self._prefix}run/{run_id}", "row")
-            rows = await pipe.execute()
-        expired = [run_id for run_id, row in zip(run_ids, rows, strict=True) if row is None]
-        if expired:  # rows that outlived their retention TTL leave the index lazily
-            await self._client.zrem(index, *expired)
-        found = [RunRow.from_dict(json.loads(row)) for row in rows if row is not None]
-        return [row for row in found if query.statuses is None or row.status in query.statuses]
+        """A range of ``B runs`` (or ``P runs``) by rank, from the cursor's rank, in chunks until the
+        filters have kept ``limit`` rows; rows past their retention TTL leave the index lazily."""
+        index = self._runs_index(query)
+        start = 0
+        if query.after is not None:
+            rank = await (self._client.zrevrank if query.newest_first else self._client.zrank)(
+                index, query.after)
+            if not isinstance(rank, int) or not await self._client.exists(f"{self._prefix}run/{query.after}"):
+                raise after_error(query.after)
+            start = rank + 1
+        filtered = query.statuses is not None or query.user_id is not None
+        chunk = 1000 if query.limit is None else min(max(query.limit * (4 if filtered else 1), 50), 1000)
+        found: list[RunRow] = []
+        while query.limit is None or len(found) < query.limit:
+            members = cast(list[bytes | str], await self._client.zrange(  # members only: no scores
+                index, start, start + chunk - 1, desc=query.newest_first))
+            run_ids = [text(run_id) for run_id in members]
+            if not run_ids:
+                break
+            async with self._client.pipeline(transaction=False) as pipe:
+                for run_id in run_ids:
+                    pipe.hget(f"{self._prefix}run/{run_id}", "row")
+                rows = await pipe.execute()
+            expired = [run_id for run_id, row in zip(run_ids, rows, strict=True) if row is None]
+            if expired:
+                await self._client.zrem(index, *expired)
+            for row in (RunRow.from_dict(json.loads(raw)) for raw in rows if raw is not None):
+                if query.admits(row.thread_id, row.status, row.user_id):
+                    found.append(row)
+            start += len(run_ids) - len(expired)
+            if len(run_ids) < chunk:
+                break
+        return found if query.limit is None else found[: query.limit]
+
+    async def _count_runs(self, query: RunQuery) -> int:
+        if query.statuses is None and query.user_id is None and self._retention.ttl_seconds is None:
+            return int(await self._client.zcard(self._runs_index(query)))
+        return len(await self._select_runs(query))
+
+    def _runs_index(self, query: RunQuery) -> str:
+        return self._prefix + "runs" if query.thread_id is None else self._thread_key(query.thread_id, "runs")
 
     # -- deletes ---------------------------------------------------------------------------------
     async def _delete_thread(self, thread_id: str) -> int:
