@@ -142,20 +142,25 @@ class SqlWork:
     expect to run inside one write transaction; read units need none.
     """
 
-    def __init__(self, schema: str | None = None) -> None:
+    def __init__(self, schema: str | None = None, *, lateral_joins: bool = False) -> None:
+        self.lateral_joins = lateral_joins
+        """Whether the database joins ``LATERAL`` (PostgreSQL): a join it must run as an index lookup
+        per row whatever its statistics say (SQLite's planner does that unasked)."""
         self.events = qualified(events, schema)
         self.threads = qualified(threads, schema)
         self.runs = qualified(runs, schema)
         self.run_starts = qualified(run_starts, schema)
         self.select = f"SELECT {_row_columns()} FROM {self.events}"
         # the claim of a run id: inserted, or the stored one returned (locked until commit)
+        has_row = f"EXISTS (SELECT 1 FROM {self.runs} AS r WHERE r.run_id = :row_run_id)"
         self.claim_start = (
-            f"INSERT INTO {self.run_starts} AS s (run_id, thread_id, event_id) "
-            "VALUES (:run_id, :thread_id, :event_id) "
+            f"INSERT INTO {self.run_starts} AS s (run_id, thread_id, event_id, has_row) "
+            f"VALUES (:run_id, :thread_id, :event_id, {has_row}) "
             "ON CONFLICT (run_id) DO UPDATE SET run_id = excluded.run_id RETURNING thread_id, event_id"
         )
-        self.reclaim_start = (f"UPDATE {self.run_starts} SET thread_id = :thread_id, event_id = :event_id "
-                              "WHERE run_id = :run_id")
+        self.reclaim_start = (f"UPDATE {self.run_starts} SET thread_id = :thread_id, event_id = :event_id, "
+                              f"has_row = {has_row} WHERE run_id = :run_id")
+        self.mark_row = f"UPDATE {self.run_starts} SET has_row = TRUE WHERE run_id = :run_id AND NOT has_row"
         self.event_stored = (f"SELECT 1 FROM {self.events} "
                              "WHERE thread_id = :thread_id AND event_id = :event_id")
         self.user_threads = qualified(user_threads, schema)
@@ -219,33 +224,42 @@ class SqlWork:
         return results
 
     def put_if_absent(self, db: SqlSession, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
-        return self.write_thread(db, event.thread_id, [event], types=types)[0]
+        return self.write_thread(db, event.thread_id, [event], exclusive=types)[0]
 
     def write_thread(
         self, db: SqlSession, thread_id: str, batch: Sequence[NewEvent], *,
-        look_up: bool = True, types: tuple[str, ...] = (),
+        look_up: bool = True, exclusive: tuple[str, ...] = (),
     ) -> list[tuple[RunEvent, bool]]:
-        """Write one thread's events, each unless its event_id is stored (or, with ``types``, its run
-        holds an event of one of those types); per event, its stored record and whether this wrote it.
+        """Write one thread's events, each unless its event_id is stored; per event, its stored
+        record and whether this wrote it. With ``exclusive``, the last event is a singleton of its
+        run among those types: not written when the run holds one (stored, or earlier in the batch),
+        whose record it gets instead.
 
-        The counter is bumped first: that takes the thread's write lock, so the lookups below and the
-        insert are one step for every other writer. ``look_up=False`` skips the event_id lookup: a
-        stored id then fails the insert (a unique violation) and the caller redoes the transaction
-        with the lookup (see ``SqlRunEventStore._append``).
+        The counter is bumped first, once: that takes the thread's write lock, so the lookups below
+        and the insert are one step for every other writer. ``look_up=False`` skips the event_id
+        lookup: a stored id then fails the insert (a unique violation) and the caller redoes the
+        transaction with the lookup (see ``SqlRunEventStore._append``).
         """
         first: dict[str, NewEvent] = {}
         for event in batch:
             first.setdefault(event.event_id, event)
-        all_new = not look_up and not types  # else the lookups below decide which are
-        newest = stamp(next(reversed(first.values())).created_at) if all_new else None
+        sure = not look_up and not exclusive  # every event is new; else the lookups below say which
+        newest = stamp(next(reversed(first.values())).created_at) if sure else None
         last = int(db.rows(self.bump, {"thread_id": thread_id, "count": len(first), "last_at": newest})[0][0])
         found = self._stored_ids(db, thread_id, list(first)) if look_up else {}
-        for event in first.values() if types else ():
-            if event.event_id not in found and (row := self._first_of(db, event, types)) is not None:
-                found[event.event_id] = row
-        fresh = [event for event in first.values() if event.event_id not in found]
-        if not all_new:
-            last -= len(first) - len(fresh)  # give back the seqs of what was stored already
+        single = first[batch[-1].event_id] if exclusive else None
+        held: NewEvent | None = None  # an earlier event of the batch the singleton yields to
+        if single is not None and single.event_id not in found:
+            if (row := self._first_of(db, single, exclusive)) is not None:
+                found[single.event_id] = row
+            else:
+                held = next((event for event in first.values() if event is not single
+                             and event.event_id not in found and event.run_id == single.run_id
+                             and event.event_type in exclusive), None)
+        fresh = [event for event in first.values()
+                 if event.event_id not in found and (held is None or event is not single)]
+        if not sure:
+            last -= len(first) - len(fresh)  # give back the seqs of what is not written
             db.run(self.set_last, {"thread_id": thread_id, "last_seq": last,
                                    "last_at": stamp(fresh[-1].created_at) if fresh else None})
         for event in fresh:
@@ -265,6 +279,8 @@ class SqlWork:
             event_id = event.event_id
             if event_id in found:
                 results.append((RunEvent.from_row(found[event_id]), False))
+            elif held is not None and single is not None and event_id == single.event_id:
+                results.append((RunEvent.stored(held, seqs[held.event_id], copy=True), False))
             elif event_id in returned:  # repeated in the batch: its own copy of the first one
                 results.append((RunEvent.stored(first[event_id], seqs[event_id], copy=True), False))
             else:
@@ -276,7 +292,8 @@ class SqlWork:
         """Take the run id for ``event`` (a new run.start), or raise ``RunIdTakenError`` (the
         transaction is then rolled back whole). A claim whose run.start is no longer stored (a
         deleted run) is taken over."""
-        params = {"run_id": event.run_id, "thread_id": event.thread_id, "event_id": event.event_id}
+        params = {"run_id": event.run_id, "thread_id": event.thread_id, "event_id": event.event_id,
+                  "row_run_id": event.run_id}
         owner, owner_event = db.rows(self.claim_start, params)[0]
         if (owner, owner_event) == (event.thread_id, event.event_id):
             return
@@ -305,24 +322,27 @@ class SqlWork:
         guard refused: the caller raises when that thread is not the row's)."""
         found = db.rows(self.upsert_run, values) or db.rows(self.stored_run, {"run_id": values["run_id"]})
         row_json, owner = found[0]
+        db.run(self.mark_row, values)
         return str(row_json), str(owner)
 
     def close_run(
         self, db: SqlSession, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...],
         values: Mapping[str, Any], look_up: bool,
     ) -> tuple[str, str] | None:
-        """``put_run_close`` in one transaction: each thread's events (the terminal event after its
-        thread's, exclusive among ``types``), then the row. None, having written only the events,
-        when the run already had another terminal event."""
+        """``put_run_close`` in one transaction: each thread's events, the terminal event after its
+        thread's (exclusive among ``types``) in the same step, then the row. None, having written only
+        the events, when the run already had another terminal event."""
         positions = by_thread(batch)
         positions.setdefault(terminal.thread_id, [])
         stored: RunEvent | None = None
-        for thread_id in sorted(positions):
-            if positions[thread_id]:
-                events = [batch[index] for index in positions[thread_id]]
-                self.write_thread(db, thread_id, events, look_up=look_up)
+        for thread_id in sorted(positions):  # one counter bump per thread
+            events = [batch[index] for index in positions[thread_id]]
             if thread_id == terminal.thread_id:
-                stored, _ = self.write_thread(db, thread_id, [terminal], types=types)[0]
+                ended = self.write_thread(db, thread_id, [*events, terminal], look_up=look_up,
+                                          exclusive=types)
+                stored = ended[-1][0]
+            else:
+                self.write_thread(db, thread_id, events, look_up=look_up)
         if stored is None or stored.event_id != terminal.event_id:
             return None
         return self.put_run(db, values)
@@ -400,11 +420,17 @@ class SqlWork:
         return RunRow.from_dict(loads(found[0][0])) if found else None
 
     def select_starts_without_row(self, db: SqlSession, query: StartQuery) -> list[RunEvent]:
-        sql = (
-            f"SELECT {_row_columns('e.')} FROM {self.run_starts} AS s JOIN {self.events} AS e "
-            "ON e.thread_id = s.thread_id AND e.event_id = s.event_id "
-            f"WHERE NOT EXISTS (SELECT 1 FROM {self.runs} AS r WHERE r.run_id = s.run_id)"
-        )
+        """The rowless claims of the partial index (``has_row``), each joined to its run.start by
+        the events' (thread, event id) key. ``has_row`` is set by ``put_run`` and by the claim; a
+        row and a claim committed at once leave it unset, which the check of the runs table covers."""
+        match = (f"e.thread_id = s.thread_id AND e.event_id = s.event_id "
+                 f"AND NOT EXISTS (SELECT 1 FROM {self.runs} AS r WHERE r.run_id = s.run_id)")
+        if self.lateral_joins:
+            joined = (f"CROSS JOIN LATERAL (SELECT {_row_columns()} FROM {self.events} AS e WHERE {match} "
+                      "LIMIT 1) AS e")
+        else:
+            joined = f"JOIN {self.events} AS e ON {match}"
+        sql = f"SELECT {_row_columns('e.')} FROM {self.run_starts} AS s {joined} WHERE NOT s.has_row"
         if query.after is not None:
             sql += " AND s.run_id > :after"
         sql += " ORDER BY s.run_id LIMIT :limit"
@@ -518,8 +544,11 @@ class SqlRunEventStore(RunEventStore):
             cls = backend_class(engine.dialect.name)
         return super().__new__(cls)
 
+    lateral_joins: ClassVar[bool] = False
+    """See ``SqlWork.lateral_joins``."""
+
     def __init__(self, schema: str | None = None) -> None:
-        self._work = SqlWork(schema)
+        self._work = SqlWork(schema, lateral_joins=self.lateral_joins)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SqlRunEventStore:

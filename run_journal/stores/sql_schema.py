@@ -17,8 +17,10 @@ from typing import Final
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Connection,
+    DateTime,
     Index,
     Integer,
     MetaData,
@@ -26,11 +28,14 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     inspect,
     select,
+    text,
 )
 
 from run_journal.stores.base import CONTRACT_MAJOR, CONTRACT_VERSION, IncompatibleStoreError
+from run_journal.stores.postgres_write import create_function
 
 ID = String(255)
 """Thread, run, user and event ids (``envelope.validate_id`` caps them at 255 characters)."""
@@ -106,6 +111,8 @@ runs = Table(
     Column("ordered_at", STAMP, nullable=True),
     Index("ix_run_journal_runs_order", "thread_id", "ordered_at", "run_id"),
     Index("ix_run_journal_runs_all_order", "ordered_at", "run_id"),
+    # runs by status in list order: reconcile's running and pending runs (schema version 5)
+    Index("ix_run_journal_runs_status", "status", "ordered_at", "run_id"),
 )
 
 run_starts = Table(
@@ -116,6 +123,22 @@ run_starts = Table(
     Column("run_id", ID, primary_key=True),
     Column("thread_id", ID, nullable=False),
     Column("event_id", ID, nullable=False),
+    # Whether the run has a row (schema version 5): the runs without one (a worker that died before
+    # its first put_run) are a partial index, not an anti-join over every run.
+    Column("has_row", Boolean, nullable=False, server_default=false()),
+    Index("ix_run_journal_run_starts_rowless", "run_id", sqlite_where=text("NOT has_row"),
+          postgresql_where=text("NOT has_row")),
+)
+
+followers = Table(
+    "run_journal_followers",
+    metadata,
+    # PostgreSQL only (schema version 5): the threads someone follows (a listening store registers
+    # them and renews them; a row past ``until`` is a follower gone), so a write sends NOTIFY only
+    # when it has a reader.
+    Column("thread_id", ID, primary_key=True),
+    Column("listener", String(32), primary_key=True),
+    Column("until", DateTime(timezone=True), nullable=False),
 )
 
 meta = Table(
@@ -198,9 +221,28 @@ def _add_activity_and_run_order_v4(connection: Connection, schema: str | None) -
     connection.exec_driver_sql(f"DROP INDEX IF EXISTS {prefix}ix_run_journal_runs_thread")
 
 
+def _add_reconcile_indexes_and_one_call_writes_v5(connection: Connection, schema: str | None) -> None:
+    """Schema version 5: ``run_journal_run_starts.has_row`` (filled from the stored rows) with its
+    partial index, an index of runs by status; on PostgreSQL also ``run_journal_followers`` and the
+    one-call write function (``stores/postgres_write.py``)."""
+    starts_table, runs_table = qualified(run_starts, schema), qualified(runs, schema)
+    if "has_row" not in _columns(connection, run_starts, schema):
+        connection.exec_driver_sql(
+            f"ALTER TABLE {starts_table} ADD COLUMN has_row BOOLEAN NOT NULL DEFAULT FALSE")
+    connection.exec_driver_sql(
+        f"UPDATE {starts_table} SET has_row = EXISTS (SELECT 1 FROM {runs_table} AS r "
+        f"WHERE r.run_id = {starts_table}.run_id)"
+    )
+    _create_indexes(connection, *run_starts.indexes, *runs.indexes)
+    if connection.dialect.name == "postgresql":
+        followers.create(connection, checkfirst=True)
+        connection.exec_driver_sql(create_function(schema))
+
+
 Migration = Callable[[Connection, str | None], None]
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     _create_v1, _add_first_put_at_v2, _add_run_starts_v3, _add_activity_and_run_order_v4,
+    _add_reconcile_indexes_and_one_call_writes_v5,
 )
 """Position + 1 is the schema version a migration brings the store to. Append only; never change
 what one does to a store."""

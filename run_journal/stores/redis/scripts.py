@@ -16,6 +16,7 @@ thread's member of ``P recent`` and of ``P u/<user>/recent``); global: ``P threa
 ``P u/<user>/threads`` (lexical sets), ``P recent`` and ``P u/<user>/recent`` (lexical sets of
 ``<stamp>/<thread>``: the created_at of the thread's, or the user's, newest event there, so a reverse
 lexical range is the activity order), ``P run/<run>`` (run row hash), ``P runs`` (as ``B runs``),
+``P st/<status>`` (the runs of one status, scored as ``P runs``),
 ``P start/<run>`` (``<thread>\n<event_id>`` of the run's ``run.start``: the run id is taken while
 that event is stored), ``P starts`` (lexical set of run ids that have a ``run.start`` and no row yet).
 Channel ``B new`` carries the last seq after each append.
@@ -76,9 +77,11 @@ local function drop_thread(P, T, B, with_runs)
   place(P .. 'recent', B .. 'at', nil)
   if with_runs then
     for _, run in ipairs(redis.call('ZRANGE', B .. 'runs', 0, -1)) do
-      if redis.call('HGET', P .. 'run/' .. run, 'thread_id') == T then
+      local owner, status = unpack(redis.call('HMGET', P .. 'run/' .. run, 'thread_id', 'status'))
+      if owner == T then
         redis.call('UNLINK', P .. 'run/' .. run)
         redis.call('ZREM', P .. 'runs', run)
+        redis.call('ZREM', P .. 'st/' .. status, run)
       end
     end
   end
@@ -278,6 +281,8 @@ if ARGV[7] ~= '' then score = ARGV[7] end
 redis.call('HSET', key, 'status', status, 'thread_id', T, 'first_put', first_put, 'row', row)
 redis.call('ZADD', P .. 't/' .. T .. '/runs', score, run)
 redis.call('ZADD', P .. 'runs', score, run)
+if current[1] and current[1] ~= status then redis.call('ZREM', P .. 'st/' .. current[1], run) end
+redis.call('ZADD', P .. 'st/' .. status, score, run)
 redis.call('ZREM', P .. 'starts', run)
 if ttl > 0 then
   redis.call('EXPIRE', key, ttl)
@@ -338,10 +343,12 @@ for user in pairs(users) do
 end
 if #seqs > 0 then replace(P .. 'recent', B .. 'at', B .. 'all', B, T) end
 if redis.call('EXISTS', B .. 'all') == 0 then redis.call('ZREM', P .. 'threads', T) end
-if #seqs < limit and redis.call('HGET', P .. 'run/' .. run, 'thread_id') == T then
+local owner, status = unpack(redis.call('HMGET', P .. 'run/' .. run, 'thread_id', 'status'))
+if #seqs < limit and owner == T then
   redis.call('UNLINK', P .. 'run/' .. run)
   redis.call('ZREM', P .. 'runs', run)
   redis.call('ZREM', B .. 'runs', run)
+  redis.call('ZREM', P .. 'st/' .. status, run)
 end
 return #seqs
 """
@@ -358,6 +365,19 @@ for _, user in ipairs(redis.call('SMEMBERS', B .. 'users')) do
     replace(P .. 'u/' .. user .. '/recent', U .. 'at', U .. 'all', B, T)
     redis.call('SADD', B .. 'keys', U .. 'at')
   end
+end
+return 1
+"""
+
+INDEX_RUN_STATUSES: Final = """
+-- ARGV: prefix, then run ids. The upgrade of a prefix written before the status index: each run of
+-- ``P runs`` joins ``P st/<status>`` with its score there.
+local P = ARGV[1]
+for i = 2, #ARGV do
+  local run = ARGV[i]
+  local status = redis.call('HGET', P .. 'run/' .. run, 'status')
+  local score = redis.call('ZSCORE', P .. 'runs', run)
+  if status and score then redis.call('ZADD', P .. 'st/' .. status, score, run) end
 end
 return 1
 """

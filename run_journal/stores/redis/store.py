@@ -10,6 +10,10 @@ A run row is a hash ``<prefix>run/<run_id>`` written by one script (``scripts.PU
 checks the owning thread and the status guard and keeps two sorted indexes (all runs, and the
 thread's runs) scored by start time; rows past their retention TTL leave the indexes lazily.
 
+Connections: a store built by ``from_url`` holds a blocking pool of ``max_connections`` (a call
+waits up to ``connection_wait`` seconds for a free one); followers subscribe on a pool of their own,
+so a tail never takes a writer's connection.
+
 Retention (optional): ``retention=RedisRetention(ttl_seconds=N)`` (or ``?ttl_seconds=N`` in the URL)
 gives every key of a thread a time to live that each append refreshes, so a thread untouched for N
 seconds disappears with its run rows. The refresh costs one EXPIRE per index key of the thread.
@@ -62,8 +66,12 @@ from run_journal.stores.redis.records import (
 )
 
 DEFAULT_PREFIX: Final = "run_journal:"
-LAYOUT_VERSION: Final = 2
-"""The key layout of a prefix (``P layout``): 2 added the activity order (``P recent``)."""
+MAX_CONNECTIONS: Final = 10
+"""Connections of a store's pool by default (a blocking pool: a call waits for a free one)."""
+CONNECTION_WAIT: Final = 30.0
+LAYOUT_VERSION: Final = 3
+"""The key layout of a prefix (``P layout``): 2 added the activity order (``P recent``), 3 the runs
+by status (``P st/<status>``)."""
 FOLLOW_FALLBACK_SECONDS: Final = 5.0
 """A follower re-reads at least this often even without a notification (a lost publish, a restart)."""
 
@@ -100,6 +108,7 @@ class RedisRunEventStore(RunEventStore):
             retention = RedisRetention(**retention)
         self._retention = retention or RedisRetention()
         self._owns_client = owns_client
+        self._subscriber: aioredis.Redis | None = None
         self._closing = asyncio.Event()
         self._register_scripts(flags=True)
 
@@ -118,10 +127,13 @@ class RedisRunEventStore(RunEventStore):
         self._delete_thread_script = register(header("#!lua flags=allow-oom") + scripts.DELETE_THREAD)
         self._delete_run_script = register(header("#!lua flags=allow-oom") + scripts.DELETE_RUN_STEP)
         self._place_thread_script = register(header("#!lua") + scripts.PLACE_THREAD)
+        self._index_statuses_script = register(header("#!lua") + scripts.INDEX_RUN_STATUSES)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisRunEventStore:
-        """``redis://host:port/db?prefix=app:&ttl_seconds=86400``; other parameters go to redis-py."""
+        """``redis://host:port/db?prefix=app:&ttl_seconds=86400``; other parameters go to redis-py.
+        Options: ``max_connections`` (the store's pool; default 10) and ``connection_wait`` (seconds
+        a call waits for a free connection of it; default 30), and the constructor's."""
         parts = urlsplit(url)
         query = parse_qsl(parts.query, keep_blank_values=True)
         ours = {key: value for key, value in query if key in {"prefix", "ttl_seconds"}}
@@ -130,8 +142,13 @@ class RedisRunEventStore(RunEventStore):
             options.setdefault("prefix", ours["prefix"])
         if "ttl_seconds" in ours:
             options.setdefault("retention", RedisRetention(ttl_seconds=int(ours["ttl_seconds"])))
-        client = aioredis.Redis.from_url(urlunsplit(parts._replace(query=rest)))
-        return cls(client, owns_client=True, **options)
+        max_connections = int(options.pop("max_connections", MAX_CONNECTIONS))
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, got {max_connections}")
+        wait = float(options.pop("connection_wait", CONNECTION_WAIT))
+        pool = aioredis.BlockingConnectionPool.from_url(
+            urlunsplit(parts._replace(query=rest)), max_connections=max_connections, timeout=wait)
+        return cls(aioredis.Redis.from_pool(pool), owns_client=True, **options)
 
     @property
     def prefix(self) -> str:
@@ -165,11 +182,22 @@ class RedisRunEventStore(RunEventStore):
                 f"this library reads {CONTRACT_MAJOR}.x"
             )
         layout = self._prefix + "layout"
-        if fresh:
-            await self._client.set(layout, LAYOUT_VERSION, nx=True)
-        elif int(await self._client.get(layout) or 1) < LAYOUT_VERSION:
+        version = LAYOUT_VERSION if fresh else int(await self._client.get(layout) or 1)
+        if version < 2:
             await self._place_every_thread()
+        if version < 3:
+            await self._index_every_run_status()
+        if version < LAYOUT_VERSION or fresh:
             await self._client.set(layout, LAYOUT_VERSION)
+
+    async def _index_every_run_status(self) -> None:
+        """The upgrade of a prefix written before the status index (layout 2): every run joins the
+        sorted set of its status. Idempotent, like ``_place_every_thread``."""
+        start = 0
+        while run_ids := [text(run_id) for run_id in cast(list[bytes | str], await self._client.zrange(
+                self._prefix + "runs", start, start + 499))]:  # members only: no scores
+            await self._index_statuses_script(args=[self._prefix, *run_ids])
+            start += len(run_ids)
 
     async def _place_every_thread(self) -> None:
         """The upgrade of a prefix written before the activity order (layout 1): every thread takes
@@ -184,8 +212,19 @@ class RedisRunEventStore(RunEventStore):
 
     async def _release(self) -> None:
         self._closing.set()
+        if self._subscriber is not None:
+            await self._subscriber.aclose()
         if self._owns_client:
             await self._client.aclose()
+
+    def _subscriptions(self) -> aioredis.Redis:
+        """A client for followers' subscriptions, on a pool of its own: a follower holds its
+        connection while it follows, which must never take one from the store's bounded pool."""
+        if self._subscriber is None:
+            pool = self._client.connection_pool
+            self._subscriber = aioredis.Redis.from_pool(
+                aioredis.ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs))
+        return self._subscriber
 
     # -- writes ----------------------------------------------------------------------------------
     async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
@@ -385,7 +424,7 @@ class RedisRunEventStore(RunEventStore):
         """Subscribed to the thread's channel before the first read, so no write falls between the
         two; a wait ends at a publish, the store closing, or ``FOLLOW_FALLBACK_SECONDS``, and drains
         what else arrived meanwhile (one read covers every notification already here)."""
-        pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+        pubsub = self._subscriptions().pubsub(ignore_subscribe_messages=True)
         try:
             await pubsub.subscribe(self._thread_key(thread_id, "new"))
 
@@ -431,6 +470,8 @@ class RedisRunEventStore(RunEventStore):
     async def _select_runs(self, query: RunQuery) -> list[RunRow]:
         """A range of ``B runs`` (or ``P runs``) by rank, from the cursor's rank, in chunks until the
         filters have kept ``limit`` rows; rows past their retention TTL leave the index lazily."""
+        if query.thread_id is None and query.statuses is not None:
+            return await self._select_runs_by_status(query)
         index = self._runs_index(query)
         start = 0
         if query.after is not None:
@@ -440,7 +481,7 @@ class RedisRunEventStore(RunEventStore):
                 raise after_error(query.after)
             start = rank + 1
         filtered = query.statuses is not None or query.user_id is not None
-        chunk = 1000 if query.limit is None else min(max(query.limit * (4 if filtered else 1), 50), 1000)
+        chunk = 1000 if query.limit is None else min(query.limit * (2 if filtered else 1), 1000)
         found: list[RunRow] = []
         while query.limit is None or len(found) < query.limit:
             members = cast(list[bytes | str], await self._client.zrange(  # members only: no scores
@@ -461,6 +502,31 @@ class RedisRunEventStore(RunEventStore):
             start += len(run_ids) - len(expired)
             if len(run_ids) < chunk:
                 break
+            chunk = min(chunk * 2, 1000)  # the filters keep few: read further at once
+        return found if query.limit is None else found[: query.limit]
+
+    async def _select_runs_by_status(self, query: RunQuery) -> list[RunRow]:
+        """Runs of some statuses in every thread (what reconcile reads): the sorted sets of those
+        statuses merged in list order, so only runs of those statuses are read."""
+        scored: list[tuple[float, str]] = []
+        for status in query.statuses or ():
+            members = cast(list[tuple[bytes | str, float]], await self._client.zrange(
+                f"{self._prefix}st/{status}", 0, -1, withscores=True))
+            scored += [(float(score), text(run_id)) for run_id, score in members]
+        scored.sort(reverse=query.newest_first)
+        if query.after is not None:
+            score = await self._client.zscore(self._prefix + "runs", query.after)
+            if score is None or not await self._client.exists(f"{self._prefix}run/{query.after}"):
+                raise after_error(query.after)
+            key = (float(score), query.after)
+            scored = [item for item in scored if (item < key if query.newest_first else item > key)]
+        run_ids = [run_id for _, run_id in scored]
+        async with self._client.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hget(f"{self._prefix}run/{run_id}", "row")
+            rows = await pipe.execute()
+        found = [row for row in (RunRow.from_dict(json.loads(raw)) for raw in rows if raw is not None)
+                 if query.admits(row.thread_id, row.status, row.user_id)]
         return found if query.limit is None else found[: query.limit]
 
     async def _count_runs(self, query: RunQuery) -> int:
