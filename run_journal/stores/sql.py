@@ -244,7 +244,10 @@ class SqlWork:
         for event in batch:
             first.setdefault(event.event_id, event)
         sure = not look_up and not exclusive  # every event is new; else the lookups below say which
-        newest = stamp(next(reversed(first.values())).created_at) if sure else None
+        # without lookups only the singleton may stay unwritten: the bump takes the batch's newest
+        # moment when an earlier event would stand in for it (set_last corrects it if it must)
+        likely = not look_up and len(first) > 1
+        newest = stamp(next(reversed(first.values())).created_at) if likely or sure else None
         last = int(db.rows(self.bump, {"thread_id": thread_id, "count": len(first), "last_at": newest})[0][0])
         found = self._stored_ids(db, thread_id, list(first)) if look_up else {}
         single = first[batch[-1].event_id] if exclusive else None
@@ -258,7 +261,7 @@ class SqlWork:
                              and event.event_type in exclusive), None)
         fresh = [event for event in first.values()
                  if event.event_id not in found and (held is None or event is not single)]
-        if not sure:
+        if not sure and not (likely and len(fresh) == len(first)):
             last -= len(first) - len(fresh)  # give back the seqs of what is not written
             db.run(self.set_last, {"thread_id": thread_id, "last_seq": last,
                                    "last_at": stamp(fresh[-1].created_at) if fresh else None})
