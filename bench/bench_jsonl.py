@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import IO
 
 from run_journal import NewEvent
-from run_journal.stores.base import file_name
 from run_journal.stores.jsonl import JsonlRunEventStore
 from run_journal.stores.jsonl import log as jsonl_log
+from run_journal.stores.jsonl.layout import file_name
 
 LIMIT = 50
 

@@ -12,6 +12,8 @@ pragmas (the store's own ``setup()`` creates them), one transaction per batch, r
   timed back to back page by page, medians (target <= 2x, flat from 10k to 1M rows).
 - postgres: 8 concurrent writers (tasks in one process; processes) into one thread, 100-event
   batches, events/s; one writer for comparison.
+- close: a run's end on PostgreSQL through the one-call write against the general path's statements,
+  interleaved on one store: time and client CPU per run end.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from run_journal import NewEvent, RunEvent, open_store
+from run_journal import NewEvent, RunEvent, RunRow, RunStatus, open_store
+from run_journal.stores.postgres import PostgresRunEventStore
+from run_journal.stores.queries import stamp
 from run_journal.stores.sql import SqlRunEventStore
-from run_journal.stores.sql_schema import stamp
 
 POSTGRES_URL = os.environ.get("RUN_JOURNAL_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 COLUMNS = (
@@ -187,8 +190,8 @@ def fill(path: Path, rows: int, target: str, target_rows: int) -> None:
             chunk.clear()
     connection.executemany(INSERT, chunk)
     connection.execute(
-        "INSERT INTO run_journal_threads "
-        "SELECT thread_id, max(seq) FROM run_journal_events GROUP BY thread_id"
+        "INSERT INTO run_journal_threads (thread_id, last_seq, last_at) "
+        "SELECT thread_id, max(seq), max(created_at) FROM run_journal_events GROUP BY thread_id"
     )
     connection.execute("COMMIT")
     connection.execute("ANALYZE")
@@ -277,10 +280,57 @@ async def bench_postgres(batches: int) -> None:
         await connection.close()
 
 
+# -- a run's end on PostgreSQL ----------------------------------------------------------------------
+def run_end(run_id: str) -> tuple[list[NewEvent], NewEvent, RunRow]:
+    """What the journal hands ``put_run_close`` at the end of a short run: all its events."""
+    body = [("run.start", "trace"), ("llm.human.input", "message"), ("llm.ai.response", "message"),
+            ("tool.call", "trace"), ("tool.result", "trace"), ("llm.ai.response", "message"),
+            ("llm.ai.response", "message")]
+    batch = [NewEvent("closes", run_id, kind, category, content={"n": n}, user_id="u")
+             for n, (kind, category) in enumerate(body)]
+    terminal = NewEvent("closes", run_id, "run.end", "outputs", metadata={"status": "success"}, user_id="u")
+    return batch, terminal, RunRow(run_id=run_id, thread_id="closes", user_id="u", status=RunStatus.SUCCESS)
+
+
+async def bench_close(closes: int) -> None:
+    """A run's end (8 events, the terminal one exclusive, and the row) through the one-call write
+    against the statements of the general path, interleaved on one store: time and client CPU."""
+    print(f"\nPostgreSQL: a run's end (8 events and the row), {closes} per round, 3 rounds interleaved")
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    try:
+        store = open_store(f"{POSTGRES_URL}?schema={schema}")
+        await store.setup()
+    except Exception as error:  # noqa: BLE001 - a benchmark without a server just says so
+        print(f"  skipped: PostgreSQL at {POSTGRES_URL} is not reachable ({error})")
+        return
+    assert isinstance(store, PostgresRunEventStore)
+    results: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    try:
+        for round_ in range(3):
+            for one_call in (True, False):
+                store.one_call_writes = one_call
+                wall, cpu = time.perf_counter(), time.process_time()
+                for n in range(closes):
+                    assert await store.put_run_close(*run_end(f"r{round_}-{one_call}-{n}"))
+                results[one_call].append(((time.perf_counter() - wall) / closes,
+                                          (time.process_time() - cpu) / closes))
+        (one_wall, one_cpu), (many_wall, many_cpu) = (min(results[key]) for key in (True, False))
+        print(f"  one call:   {one_wall * 1000:5.2f} ms per run end, {one_cpu * 1000:5.2f} ms client CPU")
+        print(f"  statements: {many_wall * 1000:5.2f} ms per run end, {many_cpu * 1000:5.2f} ms client CPU")
+        print(f"  one call / statements: {one_wall / many_wall:.2f}x time, {one_cpu / many_cpu:.2f}x CPU")
+    finally:
+        await store.aclose()
+        import asyncpg
+
+        connection = await asyncpg.connect(POSTGRES_URL)
+        await connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await connection.close()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for development")
-    parser.add_argument("--only", choices=("write", "read", "postgres"))
+    parser.add_argument("--only", choices=("write", "read", "postgres", "close"))
     args = parser.parse_args()
     sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
     with tempfile.TemporaryDirectory(prefix="bench_sql_") as directory:
@@ -290,6 +340,8 @@ async def main() -> None:
             await bench_read(Path(directory), sizes, 60 if args.quick else 300)
     if args.only in (None, "postgres"):
         await bench_postgres(5 if args.quick else 25)
+    if args.only in (None, "close"):
+        await bench_close(50 if args.quick else 300)
     versions = f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}"
     print(f"\n({versions}; each figure is the best of 3 interleaved rounds)")
 

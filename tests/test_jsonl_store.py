@@ -17,9 +17,9 @@ import pytest
 from blockbuster import BlockingError, blockbuster_ctx
 
 from run_journal import NewEvent, RunRow, open_store
-from run_journal.stores.base import file_name
 from run_journal.stores.jsonl import JsonlRunEventStore
 from run_journal.stores.jsonl import log as jsonl_log
+from run_journal.stores.jsonl.layout import file_name
 from run_journal.stores.jsonl.log import CorruptRecordWarning
 
 WRITER = Path(__file__).with_name("_conformance_writer.py")
@@ -326,3 +326,21 @@ async def test_a_short_write_is_finished_and_a_write_without_room_is_an_error(
     assert await store.last_seq("t") == 2
     assert await put(store) == 3
     assert [e.seq for e in await store.list_events("t")] == [1, 2, 3]
+
+
+async def test_a_store_written_before_the_activity_order_gains_it_at_setup(tmp_path: Path) -> None:
+    import shutil
+
+    from run_journal.testing._activity import assert_history, write_history
+
+    async with JsonlRunEventStore(tmp_path / "journal") as store:
+        await write_history(store)
+    root = tmp_path / "journal"
+    for folder in ("activity", "users"):
+        shutil.rmtree(root / folder)
+    for directory in (root / "threads").iterdir():
+        (directory / "activity").unlink()
+        shutil.rmtree(directory / "users")
+    async with JsonlRunEventStore(root) as store:
+        assert (root / "activity" / ".complete").exists()
+        await assert_history(store)

@@ -169,12 +169,12 @@ async def test_deletes_leave_no_key_behind(store: RedisRunEventStore, raw: aiore
     assert await store.delete_by_run("t", "b") == 3
     assert await store.list_threads() == []
     assert await store.list_threads(user_id="u") == []
-    assert await keys_of(raw, store.prefix) == {"contract", "t/t/seq"}
+    assert await keys_of(raw, store.prefix) == {"contract", "layout", "t/t/seq"}
     assert await store.last_seq("t") == 6
     await store.put(thread_id="t", run_id="c", event_type="tool.call", category="trace", user_id="u")
     await store.put_run(RunRow(run_id="c", thread_id="t"))
     assert await store.delete_by_thread("t") == 1
-    assert await keys_of(raw, store.prefix) == {"contract", "t/t/seq"}  # seq is never reused
+    assert await keys_of(raw, store.prefix) == {"contract", "layout", "t/t/seq"}  # seq is never reused
     assert await store.last_seq("t") == 7
 
 
@@ -265,3 +265,63 @@ async def test_processes_share_one_dense_thread(store: RedisRunEventStore, url: 
     events = await read_all(store, "mp")
     assert [e.seq for e in events] == list(range(1, 1201))
     assert sorted(e.event_id for e in events) == sorted(f"{w}-{n}" for w in range(4) for n in range(300))
+
+
+async def test_a_prefix_written_before_the_activity_order_gains_it_at_setup(
+    url: str, raw: aioredis.Redis
+) -> None:
+    from run_journal.testing._activity import assert_history, write_history
+
+    async with open_store(url) as store:
+        assert isinstance(store, RedisRunEventStore)
+        await write_history(store)
+        prefix = store.prefix
+    older = [key for key in await keys_of(raw, prefix)  # what layout 1 did not have
+             if key == "layout" or key.endswith(("/at", "recent")) or key.startswith("st/")]
+    assert sorted(older) == ["layout", "recent", "st/pending", "t/a/at", "t/a/u/alice/at", "t/a/u/bob/at",
+                             "t/b/at", "t/b/u/alice/at", "u/alice/recent", "u/bob/recent"]
+    await raw.delete(*(prefix + key for key in older))
+    async with open_store(url) as store:
+        assert await raw.get(prefix + "layout") == "3"
+        await assert_history(store)
+        assert [row.run_id for row in await store.list_runs(statuses=["pending"])] == ["r1", "r2"]
+
+
+async def connections_named(raw: aioredis.Redis, name: str) -> int:
+    return sum(1 for client in await raw.client_list() if client.get("name") == name)
+
+
+async def test_the_store_holds_a_bounded_pool_and_followers_do_not_take_from_it(
+    url: str, raw: aioredis.Redis
+) -> None:
+    """40 concurrent writes through a store of 4 connections: they wait for a free one (a blocking
+    pool) and never open more; a follower holds a subscription of its own, so even a pool of one
+    connection leaves writers their connection while it follows."""
+    name = f"rj-pool-{uuid.uuid4().hex[:8]}"
+    async with open_store(f"{url}&client_name={name}", max_connections=4) as store:
+        most = 0
+
+        async def watch() -> None:
+            nonlocal most
+            while True:
+                most = max(most, await connections_named(raw, name))
+                await asyncio.sleep(0.005)
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            written = await asyncio.gather(*(store.put_batch([event(f"t{n}", content=i) for i in range(20)])
+                                             for n in range(40)))
+        finally:
+            watcher.cancel()
+        assert [len(batch) for batch in written] == [20] * 40
+        assert 1 <= most <= 4
+    async with open_store(f"{url}&client_name={name}-one", max_connections=1, connection_wait=2) as store:
+        follower = store.follow("followed")
+        async with asyncio.timeout(GUARD), aclosing(follower):
+            pending = asyncio.ensure_future(anext(follower))
+            await asyncio.sleep(0.2)
+            for n in range(3):
+                await store.put_batch([event("elsewhere", content=n)])
+            first = await store.put(thread_id="followed", run_id="r", event_type="tool.call",
+                                    category="trace")
+            assert (await pending).event_id == first.event_id

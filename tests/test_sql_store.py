@@ -11,21 +11,25 @@ import contextlib
 import os
 import sqlite3
 import sys
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from conftest import backend_url
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
-from run_journal import NewEvent, open_store
+from run_journal import NewEvent, RunRow, RunStatus, open_store
 from run_journal.stores.base import CONTRACT_MAJOR, IncompatibleStoreError, StoreClosedError
 from run_journal.stores.postgres import PostgresRunEventStore
 from run_journal.stores.sql import SqlRunEventStore, engine_url
 from run_journal.stores.sql_schema import SCHEMA_VERSION, meta
 from run_journal.stores.sqlite import SqliteRunEventStore
+from run_journal.testing import RunEventStoreConformance, StoreFactory
 
 GUARD = 120.0
 
@@ -182,7 +186,7 @@ async def test_a_v1_store_gains_first_put_at_and_keeps_its_run_order(sql_url: st
     await set_meta(sql_url, "schema_version", "1")
     async with open_store(sql_url) as store:
         assert isinstance(store, SqlRunEventStore)
-        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION) == "3"
+        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION)
         assert [row.run_id for row in await store.list_runs("t")] == ["b-old", "a-new"]
         await store.put_run(RunRow(run_id="b-old", thread_id="t"))  # an update does not move it
         assert [row.run_id for row in await store.list_runs("t")] == ["b-old", "a-new"]
@@ -211,7 +215,7 @@ async def test_a_v2_store_gains_the_run_id_claims_of_its_stored_runs(sql_url: st
     await set_meta(sql_url, "schema_version", "2")
     async with open_store(sql_url) as store:
         await store.setup()
-        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION) == "3"
+        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION)
         async with database(sql_url) as conn:
             rows = sorted(tuple(row) for row in await conn.execute(
                 text(f"SELECT run_id, thread_id, event_id FROM {table}")))
@@ -232,7 +236,7 @@ async def test_concurrent_setup_in_one_process(sql_url: str) -> None:
 # -- writes --------------------------------------------------------------------------------------
 RETRY_WORKER = """
 import asyncio, sys
-from run_journal import NewEvent, open_store
+from run_journal import NewEvent, RunRow, RunStatus, open_store
 async def main(url, worker):
     async with open_store(url) as store:
         for start in range(0, 200, 20):
@@ -390,8 +394,9 @@ async def test_schema_parameter_isolates_stores(pg_database: str) -> None:
             tables = [tuple(row) for row in found]
         assert tables == [
             (schema, name) for schema in ("iso_a", "iso_b")
-            for name in ("run_journal_events", "run_journal_meta", "run_journal_run_starts",
-                         "run_journal_runs", "run_journal_threads")
+            for name in ("run_journal_events", "run_journal_followers", "run_journal_meta",
+                         "run_journal_run_starts", "run_journal_runs", "run_journal_threads",
+                         "run_journal_user_threads")
         ]
 
 
@@ -426,3 +431,365 @@ async def test_postgres_follow_wakes_on_notify_from_another_process(pg_database:
             got = await first
         assert (got.seq, got.run_id) == (1, "other-process")
         await follower.aclose()
+
+
+async def test_a_v3_store_gains_the_activity_and_run_orders(sql_url: str) -> None:
+    """Schema v4 adds the indexed orders (threads by their newest event, per user too; runs by
+    start), v5 the indexes of reconcile's reads (runs by status, runs without a row) and, on
+    PostgreSQL, the one-call write: filled from what a v3 store holds."""
+    from datetime import UTC, datetime
+
+    from sqlalchemy import text
+
+    from run_journal.testing._activity import assert_history, write_history
+
+    async with open_store(sql_url) as store:
+        await store.put(thread_id="a", run_id="rowless", event_type="run.start", category="trace",
+                        event_id="rowless-start", created_at=datetime(2020, 1, 1, tzinfo=UTC))
+        await write_history(store)
+    schema = engine_url(sql_url)[1]
+    prefix = f'"{schema}".' if schema else ""
+    version_5 = [
+        f"DROP INDEX {prefix}ix_run_journal_runs_status",
+        f"DROP INDEX {prefix}ix_run_journal_run_starts_rowless",
+        f"ALTER TABLE {prefix}run_journal_run_starts DROP COLUMN has_row",
+    ]
+    if schema:
+        version_5 += [f"DROP TABLE {prefix}run_journal_followers",
+                      f"DROP FUNCTION {prefix}run_journal_write_v1"]
+    async with database(sql_url) as conn:  # make it look like a v3 store
+        for statement in (
+            *version_5,
+            f"DROP TABLE {prefix}run_journal_user_threads",
+            f"DROP INDEX {prefix}ix_run_journal_threads_recent",
+            f"ALTER TABLE {prefix}run_journal_threads DROP COLUMN last_at",
+            f"DROP INDEX {prefix}ix_run_journal_runs_order",
+            f"DROP INDEX {prefix}ix_run_journal_runs_all_order",
+            f"ALTER TABLE {prefix}run_journal_runs DROP COLUMN ordered_at",
+            f"DROP INDEX {prefix}ix_run_journal_events_user",
+            f"CREATE INDEX ix_run_journal_runs_thread ON {prefix}run_journal_runs (thread_id, started_at)",
+        ):
+            await conn.execute(text(statement))
+    await set_meta(sql_url, "schema_version", "3")
+    async with open_store(sql_url) as store:
+        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION)
+        await assert_history(store)
+        assert [event.run_id for event in await store.list_runs_without_row()] == ["rowless"]
+
+
+# -- a run's end, connections the server refuses, notifications, reads that stay flat ------------------
+def closing_run(
+    run_id: str, thread_id: str = "t", user_id: str = "u"
+) -> tuple[list[NewEvent], NewEvent, RunRow]:
+    """A short run's end as the journal writes it: every event, its terminal event and its row."""
+    events = [NewEvent(thread_id, run_id, "run.start", "trace", user_id=user_id),
+              NewEvent(thread_id, run_id, "llm.human.input", "message", content="hi", user_id=user_id),
+              NewEvent(thread_id, run_id, "llm.ai.response", "message", content="hi!", user_id=user_id)]
+    terminal = NewEvent(thread_id, run_id, "run.end", "outputs", metadata={"status": "success"},
+                        user_id=user_id)
+    return events, terminal, RunRow(run_id=run_id, thread_id=thread_id, user_id=user_id,
+                                    status=RunStatus.SUCCESS)
+
+
+async def test_a_run_end_is_one_statement_in_one_round_trip_on_postgres(postgres_database_url: str) -> None:
+    """What the store sends, read off the wire: a run's end (its events, terminal event and row) is
+    one statement, in one round trip, in no explicit transaction (the server runs it as one); so is
+    a batch of one thread and a read."""
+    from _pg_wire import PgWireCounter
+
+    async with PgWireCounter(postgres_database_url) as wire, \
+            open_store(f"{wire.url}?schema=w{uuid.uuid4().hex[:12]}") as store:
+        for n in range(2):  # the first call of a connection prepares the statement
+            wire.reset()
+            assert await store.put_run_close(*closing_run(f"run-{n}"))
+        assert (wire.statements, wire.round_trips) == (1, 1)
+        wire.reset()
+        await store.put_batch([NewEvent("t", "later", "tool.call", "trace") for _ in range(10)])
+        assert (wire.statements, wire.round_trips) == (1, 1)
+        wire.reset()
+        events = await store.list_events("t")
+        assert (wire.statements, wire.round_trips) == (1, 1)
+        assert [e.seq for e in events] == list(range(1, 19))
+        kinds = ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+        assert [e.event_type for e in events[:4]] == kinds
+        row = await store.get_run("run-1")
+        assert row is not None
+        assert row.status == RunStatus.SUCCESS
+        assert await store.list_runs_without_row() == []
+        assert [item.thread_id for item in await store.list_recent_threads(user_id="u")] == ["t"]
+
+
+async def test_a_run_end_is_one_transaction_with_one_counter_bump_on_sqlite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from run_journal.stores.sqlite import SqliteConnection
+
+    statements: list[str] = []
+    opened = SqliteConnection._open
+
+    def traced(self: SqliteConnection) -> sqlite3.Connection:
+        connection = opened(self)
+        connection.set_trace_callback(statements.append)
+        return connection
+
+    monkeypatch.setattr(SqliteConnection, "_open", traced)
+    async with open_store(f"sqlite:///{tmp_path / 'journal.db'}") as store:
+        statements.clear()
+        assert await store.put_run_close(*closing_run("r"))
+        writes = [s for s in statements if not s.startswith("SELECT")]
+        assert writes[0] == "BEGIN IMMEDIATE"
+        assert writes[-1] == "COMMIT"
+        assert sum(s.startswith(("BEGIN", "COMMIT")) for s in statements) == 2
+        assert sum(s.startswith("INSERT INTO run_journal_threads") for s in statements) == 1
+
+
+@contextlib.asynccontextmanager
+async def limited_role(database_url: str, connections: int) -> AsyncIterator[str]:
+    """A role of this test's own that PostgreSQL lets hold at most ``connections`` connections (the
+    server refuses one more with "too many connections", as it refuses one past max_connections),
+    allowed to create schemas in the test database: the database URL as that role."""
+    import asyncpg
+
+    role = f"rj_limited_{uuid.uuid4().hex[:8]}"
+    parts = urlsplit(database_url)
+    database = parts.path.lstrip("/")
+    admin = await asyncpg.connect(database_url)
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT {connections}")
+        await admin.execute(f'GRANT CREATE, CONNECT ON DATABASE "{database}" TO {role}')
+        yield urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port or 5432}"))
+    finally:
+        await admin.execute(f"DROP OWNED BY {role} CASCADE")
+        await admin.execute(f"DROP ROLE {role}")
+        await admin.close()
+
+
+async def hold_connections(url: str, count: int) -> list[Any]:
+    import asyncpg
+
+    return [await asyncpg.connect(url) for _ in range(count)]
+
+
+def one_node_graph() -> Any:
+    """agent -> end: one reply of an offline fake chat model, compiled."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    model = GenericFakeChatModel(messages=iter([AIMessage("done")]))
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_edge(START, "agent")
+    return graph.compile()
+
+
+@pytest.mark.slow  # holds the server's connections for 1.5 s
+async def test_writes_wait_while_postgres_refuses_connections_then_succeed(
+    postgres_database_url: str,
+) -> None:
+    """Every connection the server allows is taken (by this test) for 1.5 s: the store's set-up, four
+    concurrent writes and a journaled agent run wait for a connection instead of failing, and all
+    of them land once the connections are released."""
+    from langchain_core.messages import HumanMessage
+
+    from run_journal import RunJournal
+
+    async with limited_role(postgres_database_url, connections=3) as role_url:
+        held = await hold_connections(role_url, 3)
+        store = open_store(f"{role_url}?schema=refused", pool_size=3)
+        journal = RunJournal(store, thread_id="agent", flush_interval=60)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+
+        async def release_later() -> None:
+            await asyncio.sleep(1.5)
+            for connection in held:
+                await connection.close()
+
+        releasing = asyncio.ensure_future(release_later())
+        async with asyncio.timeout(GUARD):
+            writes = [store.put_batch([event(f"w{n}", i) for i in range(5)]) for n in range(4)]
+            results = await asyncio.gather(*writes)
+            await one_node_graph().ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+            await journal.aclose()
+            await releasing
+        assert loop.time() - began >= 1.5
+        assert [[e.seq for e in written] for written in results] == [[1, 2, 3, 4, 5]] * 4
+        row = await store.get_run(journal.run_id)
+        assert row is not None
+        assert row.status == RunStatus.SUCCESS
+        assert [e.event_type for e in await store.list_events("agent")][-1] == "run.end"
+        await store.aclose()
+
+
+@pytest.mark.slow  # waits out a connection deadline
+async def test_a_write_waits_for_a_connection_no_longer_than_connection_wait(
+    postgres_database_url: str,
+) -> None:
+    from run_journal.stores.base import StoreError
+
+    async with limited_role(postgres_database_url, connections=2) as role_url:
+        url = f"{role_url}?schema=bounded"
+        async with open_store(url) as first:  # the schema, set up
+            await first.put_batch([event("t")])
+        held = await hold_connections(role_url, 2)  # every connection the role may have
+        store = open_store(url, pool_size=1, connection_wait=0.5)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(StoreError, match=r"refused new connections for 0\.5 s.*too many connections"):
+            await store.put_batch([event("t", 1)])
+        assert 0.4 <= loop.time() - began < 3
+        for connection in held:
+            await connection.close()
+        await store.put_batch([event("t", 2)])
+        assert [e.content for e in await store.list_events("t")] == [{"n": 0}, {"n": 2}]
+        await store.aclose()
+
+
+@pytest.mark.slow  # listens for notifications that must not come
+async def test_a_write_notifies_a_followed_thread_only_and_once_per_transaction(
+    postgres_database_url: str,
+) -> None:
+    """NOTIFY takes a server-wide lock at commit: a write sends one only for a thread someone
+    follows (its listener registers it), one per transaction (a run's end included)."""
+    import asyncpg
+
+    from run_journal.stores.postgres import channel_name
+
+    schema = f"n{uuid.uuid4().hex[:12]}"
+    async with open_store(f"{postgres_database_url}?schema={schema}") as store:
+        await store.put_batch([event("t"), event("other")])
+        heard: list[str] = []
+        listener = await asyncpg.connect(postgres_database_url)
+        await listener.add_listener(channel_name(schema), lambda *args: heard.append(args[3]))
+        try:
+            await store.put_batch([event("t", n) for n in range(3)])
+            assert await store.put_run_close(*closing_run("r0"))
+            await asyncio.sleep(0.3)
+            assert heard == []  # nobody follows
+
+            follower = store.follow("t", after_seq=await store.last_seq("t"))
+            next_event = asyncio.ensure_future(anext(follower))
+            await asyncio.sleep(0.3)  # registered
+            async with asyncio.timeout(GUARD):
+                assert await store.put_run_close(*closing_run("r1"))
+                await store.put_batch([event("other", 9)])
+                assert (await next_event).event_type == "run.start"
+                await asyncio.sleep(0.3)
+            assert heard == [f"t\n{await store.last_seq('t')}"]
+            await follower.aclose()
+            await asyncio.sleep(0.2)
+            await store.put_batch([event("t", 10)])
+            await asyncio.sleep(0.3)
+            assert len(heard) == 1  # the follower is gone: no more notifications
+        finally:
+            await listener.close()
+
+
+class TestPostgresStatementPath(RunEventStoreConformance):
+    """The conformance kit on PostgreSQL with every write through the statements of ``SqlWork``:
+    what a batch over several threads, and every fallback of the one-call write, take."""
+
+    @pytest.fixture
+    def store_factory(self, postgres_database_url: str) -> StoreFactory:
+        url = f"{postgres_database_url}?schema=s{uuid.uuid4().hex[:12]}"
+
+        def make() -> PostgresRunEventStore:
+            store = open_store(url)
+            assert isinstance(store, PostgresRunEventStore)
+            store.one_call_writes = False
+            return store
+
+        return make
+
+
+# -- reads that stay flat: rows the database reads for a page -------------------------------------------
+async def rows_read(url: str, unit: Any, *args: Any) -> tuple[Any, int]:
+    """(result, work) of one of the store's read units run on a connection of this test's own: on
+    PostgreSQL the rows read (table rows scanned plus rows fetched through an index, from the
+    transaction's own statistics), on SQLite the virtual machine's instructions."""
+    from sqlalchemy import text
+
+    from run_journal.stores.postgres import PostgresSession
+    from run_journal.stores.sqlite import SqliteSession
+
+    driver_url, schema = engine_url(url)
+    if schema is None:
+        connection = sqlite3.connect(str(driver_url.database))
+        steps = 0
+
+        def step() -> int:
+            nonlocal steps
+            steps += 1
+            return 0
+
+        connection.set_progress_handler(step, 1)
+        try:
+            return unit(SqliteSession(connection), *args), steps
+        finally:
+            connection.close()
+    engine = create_async_engine(driver_url)
+    try:
+        async with engine.begin() as conn:
+            result = await conn.run_sync(lambda sync: unit(PostgresSession(sync, None, ""), *args))
+            found = await conn.execute(text(
+                "SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0) "
+                "FROM pg_stat_xact_user_tables WHERE schemaname = :schema"), {"schema": schema})
+            return result, int(found.scalar_one())
+    finally:
+        await engine.dispose()
+
+
+async def fill(store: SqlRunEventStore, others: int, runs: int) -> None:
+    """Three threads of ada among ``others`` threads of other users (each with its own events),
+    and one thread of ``runs`` finished runs, two running ones and two without a row."""
+    from datetime import UTC, datetime, timedelta
+
+    start = datetime(2024, 1, 1, tzinfo=UTC)
+    batch = [NewEvent(f"ada-{n}", f"ada-run-{n}", "llm.human.input", "message", content="hi", user_id="ada",
+                      created_at=start + timedelta(minutes=n)) for n in range(3)]
+    batch += [NewEvent(f"other-{n}", f"other-run-{n}", "llm.human.input", "message", content="hi",
+                       user_id=f"user-{n % 97}", created_at=start + timedelta(seconds=n))
+              for n in range(others)]
+    for first in range(0, len(batch), 500):
+        await store.put_batch(batch[first:first + 500])
+    for n in range(runs):
+        status = RunStatus.RUNNING if n < 2 else RunStatus.SUCCESS
+        await store.put_run(RunRow(run_id=f"run-{n}", thread_id="runs", user_id="ada", status=status,
+                                   started_at=start + timedelta(seconds=n)))
+    await store.put_batch([NewEvent("runs", f"rowless-{n}", "run.start", "trace") for n in range(2)])
+
+
+@pytest.mark.slow  # fills two stores of each database with a thousand threads and hundreds of runs
+async def test_scoped_lists_runs_pages_and_reconcile_reads_read_a_bounded_number_of_rows(
+    sql_url: str,
+) -> None:
+    from run_journal.stores.base import RecentThreadQuery, RunQuery, StartQuery, ThreadQuery
+
+    reads = {
+        "threads of a user": ("select_threads", ThreadQuery(limit=50, user_id="ada")),
+        "recent threads of a user": ("select_recent_threads", RecentThreadQuery(limit=50, user_id="ada")),
+        "recent threads": ("select_recent_threads", RecentThreadQuery(limit=20)),
+        "runs page": ("select_runs", RunQuery(thread_id="runs", limit=20, newest_first=True)),
+        "running runs": ("select_runs", RunQuery(statuses=("running", "pending"))),
+        "runs without a row": ("select_starts_without_row", StartQuery(limit=100)),
+    }
+    work: dict[str, list[int]] = {name: [] for name in reads}
+    for size, (others, runs) in enumerate(((40, 30), (1200, 600))):
+        url = sql_url.replace(".db", f"-{size}.db") if sql_url.startswith("sqlite") else f"{sql_url}{size}"
+        async with open_store(url) as store:
+            assert isinstance(store, SqlRunEventStore)
+            await fill(store, others, runs)
+            for name, (unit, query) in reads.items():
+                result, cost = await rows_read(url, getattr(store._work, unit), query)
+                assert result, name
+                work[name].append(cost)
+    for name, (small, large) in work.items():
+        print(f"{sql_url.split(':', 1)[0]} {name}: {small} -> {large}")
+        assert large <= small * 1.5 + 50, f"{name}: {small} with the small store, {large} with the large one"
+        if not sql_url.startswith("sqlite"):
+            assert large <= 60, f"{name}: {large} rows read"

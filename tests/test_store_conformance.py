@@ -8,16 +8,21 @@ writer processes (``_conformance_writer.py``) against the backends that are shar
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from pathlib import Path
+from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from conftest import backend_url
 
 from run_journal import RunEvent, RunEventStore, open_store
-from run_journal.testing import RunEventStoreConformance, StoreFactory, read_all
+from run_journal.testing import RunEventStoreConformance, StoreFactory, new_event, read_all
 
 WORKER = Path(__file__).with_name("_conformance_writer.py")
 PROCESSES = 8
@@ -125,3 +130,155 @@ async def test_follow_sees_writes_of_another_process(shared_url: str) -> None:
             _, stderr = await writer.communicate()
         assert writer.returncode == 0, stderr.decode()
         assert seqs == list(range(1, 101))
+
+
+# -- what an idle follower costs ------------------------------------------------------------------
+IDLE_SECONDS = 5.0
+FEW_READS_PER_SECOND = 6.0
+"""An idle follower may poll (SQLite and JSONL read the thread's last seq every 0.2 s by default):
+more than this per second and per follower is a follower that does not wait."""
+
+
+class CountedReads:
+    """Counts a store's reads: the units of work of a SQL store (each one transaction or query), the
+    backend's selection hooks otherwise. Each counted call first yields to the event loop, so a
+    follower that never waits cannot stop the test's own clock (it shows up as a count instead)."""
+
+    HOOKS = ("_read", "_write", "_select_events", "_last_seq", "_count_messages", "_select_threads")
+
+    def __init__(self, store: RunEventStore) -> None:
+        self.calls = 0
+        self.counting = False
+        hooks = ("_read", "_write") if hasattr(store, "_read") else self.HOOKS[2:]
+        for name in hooks:
+            setattr(store, name, self._counted(getattr(store, name)))
+
+    def _counted(self, hook: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def counted(*args: Any) -> Any:
+            await asyncio.sleep(0)
+            if self.counting:
+                self.calls += 1
+            return await hook(*args)
+
+        return counted
+
+
+class ServerCommands:
+    """What the server itself saw over a window: committed and rolled back transactions of the test's
+    PostgreSQL database, or the Redis commands that name the store's key prefix (``MONITOR``)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.count: int | None = None
+
+    @contextlib.asynccontextmanager
+    async def window(self) -> AsyncIterator[None]:
+        if self.url.startswith("postgresql"):
+            async with self._postgres():
+                yield
+        elif self.url.startswith("redis"):
+            async with self._redis():
+                yield
+        else:
+            yield
+
+    @contextlib.asynccontextmanager
+    async def _postgres(self) -> AsyncIterator[None]:
+        import asyncpg
+
+        connection = await asyncpg.connect(self.url.split("?", 1)[0])
+        sql = ("SELECT xact_commit + xact_rollback FROM pg_stat_database "
+               "WHERE datname = current_database()")
+        try:
+            before = int(await connection.fetchval(sql))
+            yield
+            await asyncio.sleep(1.1)  # a busy backend reports its counts at most once a second
+            self.count = int(await connection.fetchval(sql)) - before - 1
+        finally:
+            await connection.close()
+
+    @contextlib.asynccontextmanager
+    async def _redis(self) -> AsyncIterator[None]:
+        import redis.asyncio as aioredis
+
+        prefix = parse_qs(urlsplit(self.url).query)["prefix"][0]
+        client = aioredis.Redis.from_url(self.url.split("?", 1)[0])
+        seen = 0
+
+        async def watch() -> None:
+            nonlocal seen
+            async with client.monitor() as monitor:
+                while True:
+                    command = await monitor.next_command()
+                    if prefix in str(command.get("command", "")):
+                        seen += 1
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await asyncio.sleep(0.2)  # MONITOR is on before the window opens
+            yield
+            self.count = seen
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+            await client.aclose()
+
+
+async def idle_costs(url: str, reads: CountedReads, seconds: float) -> tuple[float, float]:
+    """(store reads, server commands) per second while the followers of the store wait."""
+    server = ServerCommands(url)
+    async with server.window():
+        reads.calls, reads.counting = 0, True
+        await asyncio.sleep(seconds)
+        reads.counting = False
+    return reads.calls / seconds, (server.count or 0) / seconds
+
+
+@pytest.mark.slow  # waits out real idle windows
+async def test_an_idle_user_scoped_follow_costs_a_few_reads_a_second(store_url: str) -> None:
+    """A follower of alice whose thread's latest events are bob's waits on the last seq it *saw*: it
+    does not read again until the thread moves (it used to drive PostgreSQL to ~2,000 transactions
+    a second and freeze the memory store's event loop), also once bob's run is deleted, and neither
+    does a follower of a thread whose events were all deleted."""
+    async with open_store(store_url) as store:
+        await store.put_batch([
+            new_event("idle", "r-alice", user_id="alice", content="hers", event_id="hers"),
+            *(new_event("emptied", "r-gone", content=n) for n in range(3)),
+        ])
+        reads = CountedReads(store)
+        scoped = cast(AsyncGenerator[RunEvent, None], store.follow("idle", user_id="alice"))
+        emptied = cast(AsyncGenerator[RunEvent, None], store.follow("emptied"))
+        async with asyncio.timeout(GUARD), aclosing(scoped), aclosing(emptied):
+            assert (await anext(scoped)).event_id == "hers"
+            next_scoped = asyncio.ensure_future(anext(scoped))
+            await asyncio.sleep(0.3)  # the follower waits; then the thread moves on, with bob's events
+            await store.put_batch([new_event("idle", "r-bob", user_id="bob", content=n) for n in range(3)])
+            await asyncio.sleep(0.5)
+            store_rate, server_rate = await idle_costs(store_url, reads, IDLE_SECONDS)
+            print(f"idle scoped follow, {store_url.split(':', 1)[0]}: {store_rate:.1f} store reads/s, "
+                  f"{server_rate:.1f} server commands/s")
+            assert not next_scoped.done()
+            assert store_rate <= FEW_READS_PER_SECOND, f"{store_rate:.0f} store reads/s while idle"
+            assert server_rate <= FEW_READS_PER_SECOND, f"{server_rate:.0f} server commands/s while idle"
+
+            assert await store.delete_by_run("idle", "r-bob") == 3
+            assert await store.delete_by_thread("emptied") == 3
+            next_emptied = asyncio.ensure_future(anext(emptied))
+            await asyncio.sleep(0.5)
+            store_rate, server_rate = await idle_costs(store_url, reads, 2.0)
+            assert not next_scoped.done()
+            assert not next_emptied.done()
+            assert store_rate <= 2 * FEW_READS_PER_SECOND, f"{store_rate:.0f} store reads/s (2 followers)"
+            assert server_rate <= 2 * FEW_READS_PER_SECOND, f"{server_rate:.0f} server commands/s"
+
+            theirs = await store.put(thread_id="idle", run_id="r-bob2", event_type="tool.call",
+                                     category="trace", user_id="bob")
+            mine = await store.put(thread_id="idle", run_id="r-alice", event_type="llm.ai.response",
+                                   category="message", content="again", user_id="alice")
+            again = await store.put(thread_id="emptied", run_id="r-new", event_type="tool.call",
+                                    category="trace")
+            assert (await next_scoped).event_id == mine.event_id
+            assert theirs.seq < mine.seq
+            assert (await next_emptied).to_dict() == again.to_dict()
+            assert again.seq == 4

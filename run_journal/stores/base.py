@@ -4,13 +4,14 @@
 limits, cursors, event types with their legacy aliases, statuses), makes sure the store is open and
 set up, and hands the backend a frozen, already valid query: ``EventQuery`` for every event page
 (``list_messages``, ``list_messages_by_run``, ``list_events`` and ``follow``), ``ThreadQuery`` and
-``RunQuery`` for the listings. A backend implements only the selection (the ``_select_*`` methods and
-the few other underscored hooks below), never the checks. Invariant 8 lives here too: a page read
-with a ``user_id`` is refused if the backend returned another user's row, and file backends build
-their paths with ``file_name`` / ``path_inside``, so no id can name a path outside the store.
+``RunQuery`` for the listings (``stores/queries.py``). A backend implements only the selection (the
+``_select_*`` methods and the few other underscored hooks below), never the checks. Invariant 8 lives
+here too: a page read with a ``user_id`` is refused if the backend returned another user's row (file
+backends also derive every path from ids so that none escapes the store: ``stores/jsonl/layout.py``).
 
-``run_journal.testing`` is the conformance suite that proves a backend. Stores never import a
-producer or a consumer.
+Retention (``prune``) is a client of this contract: ``stores/retention.py``, which the public
+``prune`` method delegates to. ``run_journal.testing`` is the conformance suite that proves a backend.
+Stores never import a producer or a consumer.
 """
 
 from __future__ import annotations
@@ -19,19 +20,28 @@ import abc
 import asyncio
 import contextlib
 import dataclasses
-import functools
-import hashlib
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
-from run_journal.catalog import LEGACY_ALIASES, TERMINAL_RUN_EVENTS, Category, canonical_event_type
+from run_journal.catalog import LEGACY_ALIASES, TERMINAL_RUN_EVENTS, canonical_event_type
 from run_journal.envelope import JsonObject, JsonValue, NewEvent, RunEvent, validate_id, validate_task_id
-from run_journal.runs import STATUS_AFTER, RunRow, RunStatus
+from run_journal.runs import RunRow
+from run_journal.stores import retention
+from run_journal.stores.queries import (
+    MESSAGE,
+    EventQuery,
+    RecentThreadQuery,
+    RunQuery,
+    StartQuery,
+    ThreadActivity,
+    ThreadQuery,
+    stamp,
+)
+from run_journal.stores.retention import PrunedThread, PruneResult, prune_cutoff
 
 CONTRACT_MAJOR: Final = 1
 """Major version of the stored-record contract; a store written by another major is refused."""
@@ -40,7 +50,15 @@ MAX_PAGE: Final = 10_000
 FOLLOW_PAGE: Final = 500
 """Events a follower reads at a time."""
 
-MESSAGE: Final = Category.MESSAGE.value
+__all__ = [  # with the contract, the names its modules below it define, where callers import them
+    "CONTRACT_MAJOR", "CONTRACT_VERSION", "FOLLOW_PAGE", "MAX_PAGE", "MAX_SEQ", "MESSAGE", "RUN_START",
+    "TERMINAL_TYPES", "CorruptStoreError", "EventInput", "EventQuery", "FollowError",
+    "IncompatibleStoreError", "PruneResult", "PrunedThread", "RecentThreadQuery", "RunEventStore",
+    "RunIdTakenError", "RunQuery", "StartQuery", "StorageProblem", "StoreClosedError", "StoreError",
+    "ThreadActivity", "ThreadQuery", "Waiter", "after_error", "as_new_event", "check_cursor", "check_limit",
+    "check_optional_id", "check_run_starts", "check_statuses", "check_task_id", "check_thread_cursor",
+    "exclusive_set", "expand_event_types", "metadata_task_id", "prune_cutoff", "stamp",
+]
 
 
 class StoreError(RuntimeError):
@@ -94,8 +112,10 @@ class StorageProblem:
 
 
 EventInput = NewEvent | Mapping[str, Any]
-Waiter = Callable[[int], Awaitable[None]]
-"""``wait(after_seq)``: returns when events above ``after_seq`` may exist (see ``RunEventStore._watch``)."""
+Waiter = Callable[[int], Awaitable[int | None]]
+"""``wait(after_seq)``: returns when events above ``after_seq`` may exist, with a seq up to which
+every event is visible to the next read (the thread's last seq, as the waiter learned it), or None
+when it does not know one (see ``RunEventStore._watch``)."""
 
 
 # -- argument checks ---------------------------------------------------------------------------------
@@ -121,12 +141,38 @@ def check_limit(limit: int) -> int:
     return limit
 
 
+MAX_SEQ: Final = 2**63 - 1
+"""The highest seq a store can hold (a signed 64-bit column on the SQL stores), so the highest cursor."""
+
+
 def check_cursor(name: str, value: int | None) -> int | None:
+    """A seq cursor (``after_seq``, ``before_seq``): None or an integer from 0 to ``MAX_SEQ``."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQ:
+        raise ValueError(f"{name} must be an integer from 0 to 2**63-1, got {value!r}")
     return value
+
+
+def check_thread_cursor(before: str | None) -> tuple[str, str] | None:
+    """``list_recent_threads``' ``before``: a ``ThreadActivity.cursor`` (``<stamp>/<thread_id>``),
+    as (stamp, thread_id)."""
+    if before is None:
+        return None
+    when, slash, thread_id = before.partition("/") if isinstance(before, str) else ("", "", "")
+    try:
+        moment = datetime.fromisoformat(when)
+        if not slash or moment.tzinfo is None or stamp(moment) != when:
+            raise ValueError(when)
+        return when, validate_id("thread_id", thread_id)
+    except ValueError:
+        raise ValueError(f"before must be the cursor of a listed thread (ThreadActivity.cursor), "
+                         f"got {before!r}") from None
+
+
+def after_error(run_id: str) -> ValueError:
+    """``list_runs(after=...)`` named a run that is not in the listing."""
+    return ValueError(f"after={run_id!r} is not a run of this listing (deleted, or of another thread)")
 
 
 def check_optional_id(name: str, value: str | None) -> str | None:
@@ -201,94 +247,6 @@ def metadata_task_id(metadata: JsonObject) -> str | None:
     return task_id if isinstance(task_id, str) else None
 
 
-# -- paths of file backends --------------------------------------------------------------------------
-_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def file_name(identifier: str) -> str:
-    """A file name for an id: readable prefix + 16 hex digits of its sha256, unique per id, never
-    path syntax (ids that differ only by case or by characters a filesystem dislikes get their own)."""
-    digest = hashlib.sha256(identifier.encode("utf-8")).hexdigest()[:16]
-    return f"{_UNSAFE.sub('_', identifier)[:48]}-{digest}"
-
-
-def path_inside(root: Path, *names: str) -> Path:
-    """``root / names...``, refused (ValueError) if it resolves outside ``root`` (a symlink swapped
-    in, say). Blocking (it resolves the path): call it from a worker thread."""
-    path = root.joinpath(*names)
-    resolved_root = root.resolve()
-    if not path.resolve().is_relative_to(resolved_root):
-        raise ValueError(f"{path} resolves outside the store directory {resolved_root}")
-    return path
-
-
-# -- queries -----------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True, slots=True)
-class EventQuery:
-    """One page of a thread's events, every field already checked.
-
-    The page holds the events with ``after_seq < seq < before_seq`` (a bound that is None is open)
-    that match every filter: when ``after_seq`` is given, the first ``limit`` of them; otherwise
-    (``newest_first``) the last ``limit``. It is returned in ascending seq order either way.
-    """
-
-    thread_id: str
-    limit: int
-    after_seq: int | None = None
-    before_seq: int | None = None
-    run_id: str | None = None
-    messages_only: bool = False
-    event_types: tuple[str, ...] | None = None
-    """Every name to match, legacy aliases and their canonical twins included."""
-    task_id: str | None = None
-    user_id: str | None = None
-
-    @property
-    def newest_first(self) -> bool:
-        """True when the page is the last ``limit`` matches (read from the newest end)."""
-        return self.after_seq is None
-
-    def admits(
-        self, run_id: str, category: str, event_type: str, user_id: str | None, task_id: str | None
-    ) -> bool:
-        """Whether an event with these fields passes the filters (the seq bounds are not checked)."""
-        return (
-            (self.run_id is None or run_id == self.run_id)
-            and (not self.messages_only or category == MESSAGE)
-            and (self.event_types is None or event_type in self.event_types)
-            and (self.task_id is None or task_id == self.task_id)
-            and (self.user_id is None or user_id == self.user_id)
-        )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ThreadQuery:
-    """Thread ids that hold events (of ``user_id``, if given), ascending, the first ``limit`` above
-    ``after``."""
-
-    limit: int
-    after: str | None = None
-    user_id: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StartQuery:
-    """``run.start`` events of runs without a run row, ascending by run id: the first ``limit`` with
-    a run id greater than ``after``."""
-
-    limit: int
-    after: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RunQuery:
-    """Run rows of a thread (or of every thread), with one of ``statuses`` (if given), ordered by
-    ``started_at``, else the time of the run's first ``put_run``; ties by ``run_id``."""
-
-    thread_id: str | None = None
-    statuses: tuple[str, ...] | None = None
-
-
 # -- the contract ------------------------------------------------------------------------------------
 class RunEventStore(abc.ABC):
     """An append-only, per-thread ordered log of ``RunEvent`` records plus one ``RunRow`` per run.
@@ -347,6 +305,14 @@ class RunEventStore(abc.ABC):
         self._check_open()
         if not self._set_up:
             await self.setup()
+
+    @property
+    def location(self) -> Path | str | None:
+        """Where the store keeps its records: the directory or file of a file store (a ``Path``), a
+        URL naming a server store's database and namespace (no password), or None for a store that
+        lives in this process only. Two store objects with the same location are one store
+        (``prune`` refuses such an archive)."""
+        return None
 
     # -- writes ----------------------------------------------------------------------------------
     async def put(
@@ -436,18 +402,12 @@ class RunEventStore(abc.ABC):
         False when the run already had another terminal event (``reconcile_orphans`` closed it):
         the events are written, the terminal event and the row are not. A row of another thread is
         a ValueError, raised after the events and the terminal event are written.
-
-        This default takes the three steps one after the other, through the public methods; a
-        backend that can do them in one step (a transaction: one commit per run end) overrides it,
-        starting with ``_ready`` as every public method does.
         """
-        if events:
-            await self.put_batch(events)
-        stored, _ = await self.put_event_if_absent(terminal, exclusive_types=TERMINAL_RUN_EVENTS)
-        if stored.event_id != terminal.event_id:
-            return False
-        await self.put_run(row)
-        return True
+        batch = [as_new_event(item) for item in events]
+        check_run_starts(batch)
+        types = exclusive_set(terminal.event_type, TERMINAL_RUN_EVENTS)
+        await self._ready()
+        return await self._put_run_close(batch, terminal, types, row)
 
     # -- reads -----------------------------------------------------------------------------------
     async def list_messages(
@@ -543,6 +503,23 @@ class RunEventStore(abc.ABC):
         await self._ready()
         return await self._select_threads(query)
 
+    async def list_recent_threads(
+        self, *, user_id: str | None = None, limit: int = 50, before: str | None = None
+    ) -> list[ThreadActivity]:
+        """Threads that hold events, most recently active first, each with its latest activity: the
+        ``created_at`` of its newest event; with ``user_id``, only threads holding that user's
+        events, by that user's newest event. Ties: the greater thread id first.
+
+        Page on by passing the last item's ``cursor`` as the next ``before``. Every backend reads
+        this order from an index, so a page costs the same however many threads the store holds.
+        """
+        query = RecentThreadQuery(
+            limit=check_limit(limit), before=check_thread_cursor(before),
+            user_id=check_optional_id("user_id", user_id),
+        )
+        await self._ready()
+        return await self._select_recent_threads(query)
+
     async def last_seq(self, thread_id: str) -> int:
         """The highest seq ever assigned in the thread (0 for a thread with no events)."""
         validate_id("thread_id", thread_id)
@@ -557,36 +534,46 @@ class RunEventStore(abc.ABC):
         ``user_id`` is checked like every read's (ValueError for an invalid id). Stops when the
         store is closed or the consumer stops iterating (``aclose()`` on the iterator, or leaving an
         ``async for``). Sees writes from other processes too.
+
+        A follower waits on the last seq it has *seen*, not the last it yielded: the events of other
+        users (with ``user_id``) and deleted seqs are passed over once, so an idle follower costs
+        nothing but its wait, whatever the filter.
         """
         validate_id("thread_id", thread_id)
-        cursor = check_cursor("after_seq", after_seq) or 0
+        seen = check_cursor("after_seq", after_seq) or 0
         check_optional_id("user_id", user_id)
         await self._ready()
         failures = 0
         async with contextlib.AsyncExitStack() as watching:
             wait: Waiter | None = None
+            visible: int | None = None  # every event up to this seq is visible to the next read
             while not self._closed:
                 try:
                     if wait is None:
                         wait = await watching.enter_async_context(self._watch(thread_id))
+                        visible = None
+                    if visible is None:  # read before the page: the page then holds all up to it
+                        visible = await self._last_seq(thread_id)
                     page = await self.list_events(
-                        thread_id, limit=FOLLOW_PAGE, after_seq=cursor, user_id=user_id
+                        thread_id, limit=FOLLOW_PAGE, after_seq=seen, user_id=user_id
                     )
                     failures = 0
-                    if not page and not self._closed:
-                        await wait(cursor)
+                    if len(page) < FOLLOW_PAGE:  # read to the end: nothing up to `visible` is left
+                        seen = max(seen, visible)
+                    if not page:
+                        visible = None if self._closed else await wait(seen)
                         continue
                 except StoreClosedError:
                     return
                 except Exception as error:  # noqa: BLE001 - a lost connection: start again below
                     failures += 1
-                    await self._follow_failed(error, failures, thread_id, cursor)
+                    await self._follow_failed(error, failures, thread_id, seen)
                     with contextlib.suppress(Exception):  # the watch's connection is gone too
                         await watching.aclose()
                     wait = None
                     continue
                 for event in page:
-                    cursor = event.seq
+                    seen = max(seen, event.seq)
                     yield event
 
     async def _follow_failed(self, error: Exception, failures: int, thread_id: str, cursor: int) -> None:
@@ -597,8 +584,8 @@ class RunEventStore(abc.ABC):
         if failures >= self.follow_attempts:
             raise FollowError(
                 f"follow of thread {thread_id!r} failed {failures} times in a row "
-                f"({type(error).__name__}: {error}); it yielded every event up to seq {cursor}: "
-                f"follow again with after_seq={cursor} to resume"
+                f"({type(error).__name__}: {error}); it yielded every event up to seq {cursor} it "
+                f"was to yield: follow again with after_seq={cursor} to resume"
             ) from error
         await asyncio.sleep(min(self.follow_retry_delay * 2 ** (failures - 1), 5.0))
 
@@ -630,17 +617,42 @@ class RunEventStore(abc.ABC):
         return await self._check_integrity(threads)
 
     async def list_runs(
-        self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None
+        self,
+        thread_id: str | None = None,
+        *,
+        statuses: Sequence[str] | None = None,
+        user_id: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+        after: str | None = None,
     ) -> list[RunRow]:
-        """Run rows of a thread (or of every thread), optionally by status (a sequence of names).
+        """Run rows of a thread (or of every thread), optionally by status (a sequence of names) and
+        by ``user_id``.
 
         Order, on every backend: by ``started_at``, or for a row without one, by the time of the
         first ``put_run`` of that run (a later update never moves it); ties by ``run_id``.
+        ``newest_first`` reverses it. ``limit`` rows (all when None); ``after`` the run id of the
+        previous page's last row: the page continues after it (a ValueError when it is not a run
+        of this listing). Every backend pages this order from an index.
         """
-        query = RunQuery(thread_id=check_optional_id("thread_id", thread_id),
-                         statuses=check_statuses(statuses))
+        query = RunQuery(
+            thread_id=check_optional_id("thread_id", thread_id), statuses=check_statuses(statuses),
+            user_id=check_optional_id("user_id", user_id),
+            limit=None if limit is None else check_limit(limit), newest_first=bool(newest_first),
+            after=check_optional_id("after", after),
+        )
         await self._ready()
         return await self._select_runs(query)
+
+    async def count_runs(
+        self, thread_id: str | None = None, *, statuses: Sequence[str] | None = None,
+        user_id: str | None = None,
+    ) -> int:
+        """How many rows ``list_runs`` with these filters lists."""
+        query = RunQuery(thread_id=check_optional_id("thread_id", thread_id),
+                         statuses=check_statuses(statuses), user_id=check_optional_id("user_id", user_id))
+        await self._ready()
+        return await self._count_runs(query)
 
     # -- deletes ---------------------------------------------------------------------------------
     async def delete_by_thread(self, thread_id: str) -> int:
@@ -686,6 +698,20 @@ class RunEventStore(abc.ABC):
     async def _put_run(self, row: RunRow) -> RunRow:
         """``put_run``: the guards (owning thread, ``runs.may_replace``) in the same atomic step."""
 
+    async def _put_run_close(
+        self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow
+    ) -> bool:
+        """``put_run_close``: ``types`` are the terminal's exclusive types. This default takes the
+        three steps one after the other (``_append``, ``_put_if_absent``, ``_put_run``); a backend
+        that can do them in one step (one transaction, one locked step) overrides it."""
+        if batch:
+            await self._append(batch)
+        stored, _ = await self._put_if_absent(terminal, types)
+        if stored.event_id != terminal.event_id:
+            return False
+        await self._put_run(row)
+        return True
+
     @abc.abstractmethod
     async def _select_events(self, query: EventQuery) -> list[RunEvent]:
         """The page ``query`` describes, ascending by seq, as fresh records."""
@@ -703,7 +729,27 @@ class RunEventStore(abc.ABC):
     async def _get_run(self, run_id: str) -> RunRow | None: ...
 
     @abc.abstractmethod
-    async def _select_runs(self, query: RunQuery) -> list[RunRow]: ...
+    async def _select_runs(self, query: RunQuery) -> list[RunRow]:
+        """The rows of ``query`` in its order; with ``query.after``, a ValueError (``after_error``)
+        when that run is not one of the listing's."""
+
+    async def _count_runs(self, query: RunQuery) -> int:
+        """``count_runs``. This default lists the rows; the backends here count in their index."""
+        return len(await self._select_runs(query))
+
+    async def _select_recent_threads(self, query: RecentThreadQuery) -> list[ThreadActivity]:
+        """``list_recent_threads``. This default reads every thread's newest event and sorts them
+        (slow on a large store); every backend here keeps an index of the order instead."""
+        found: list[ThreadActivity] = []
+        threads = ThreadQuery(limit=MAX_PAGE, user_id=query.user_id)
+        while names := await self._select_threads(threads):
+            for thread_id in names:
+                newest = await self._select_events(EventQuery(thread_id, 1, user_id=query.user_id))
+                if newest and query.admits((stamp(newest[-1].created_at), thread_id)):
+                    found.append(ThreadActivity(thread_id, newest[-1].created_at))
+            threads = dataclasses.replace(threads, after=names[-1])
+        found.sort(key=lambda item: (item.last_activity_at, item.thread_id), reverse=True)
+        return found[: query.limit]
 
     @abc.abstractmethod
     async def _delete_thread(self, thread_id: str) -> int: ...
@@ -735,9 +781,11 @@ class RunEventStore(abc.ABC):
 
     def _watch(self, thread_id: str) -> AbstractAsyncContextManager[Waiter]:
         """The wait hook of ``follow``: entered once per follower, it gives a ``wait(after_seq)``
-        that returns when events above ``after_seq`` may exist (or the store closed). This default
-        sleeps ``follow_poll_interval``; backends with a wake-up signal override it."""
-        return _polling(self)
+        that returns when events above ``after_seq`` may exist (or the store closed), with the
+        thread's last seq when it knows it (see ``Waiter``). This default reads ``_last_seq`` every
+        ``follow_poll_interval`` seconds until it is above ``after_seq``; backends with a wake-up
+        signal override it."""
+        return _polling(self, thread_id)
 
     # -- retention -------------------------------------------------------------------------------
     async def prune(
@@ -758,20 +806,16 @@ class RunEventStore(abc.ABC):
         ``run.start``) is kept, and so is a thread written to while it is being pruned. The thread's
         seq counter is kept, as ``delete_by_thread`` keeps it: a thread id used again later
         continues above its old seqs. ``dry_run`` reports what would go and changes nothing.
+        (The engine is ``stores/retention.py``.)
         """
         cutoff = prune_cutoff(older_than)
         check_optional_id("thread_id", thread_id)
-        await self._ready()
         if dry_run:  # nothing is copied: the archive is not even opened
             archive = None
-        if archive is None or isinstance(archive, RunEventStore):
-            return await _Pruner(self, cutoff, archive, dry_run).run(thread_id)
-        if not isinstance(archive, str):
+        if archive is not None and not isinstance(archive, RunEventStore | str):
             raise TypeError(f"archive is a store or a store URL, got {type(archive).__name__}")
-        from run_journal.stores.urls import open_store  # here: urls imports this module
-
-        async with open_store(archive) as opened:
-            return await _Pruner(self, cutoff, opened, dry_run).run(thread_id)
+        await self._ready()
+        return await retention.prune(self, cutoff, archive, dry_run=dry_run, thread_id=thread_id)
 
     async def _delete_run_through(self, thread_id: str, run_id: str, through_seq: int) -> int:
         """Delete one finished run's events with seq <= ``through_seq`` and its row; the number of
@@ -792,249 +836,20 @@ class RunEventStore(abc.ABC):
 
 
 @contextlib.asynccontextmanager
-async def _polling(store: RunEventStore) -> AsyncIterator[Waiter]:
-    async def wait(after_seq: int) -> None:
-        await asyncio.sleep(store.follow_poll_interval)
+async def _polling(store: RunEventStore, thread_id: str) -> AsyncIterator[Waiter]:
+    async def wait(after_seq: int) -> int | None:
+        return await poll_last_seq(store, thread_id, after_seq)
 
     yield wait
 
 
-# -- retention (``RunEventStore.prune``) --------------------------------------------------------------
-PRUNE_PAGE: Final = 1000
-"""Threads examined per ``list_threads`` page, and events read or copied per step, by ``prune``."""
-LIFECYCLE_TYPES: Final = tuple(sorted(STATUS_AFTER))
-
-
-def prune_cutoff(older_than: timedelta | datetime) -> datetime:
-    """The moment a thread's last event must be older than: now minus an age, or a given moment."""
-    if isinstance(older_than, datetime):
-        if older_than.tzinfo is None:
-            raise ValueError("older_than as a datetime must be timezone-aware")
-        return older_than.astimezone(UTC)
-    if not isinstance(older_than, timedelta) or older_than < timedelta(0):
-        raise ValueError(f"older_than is a non-negative timedelta or an aware datetime, got {older_than!r}")
-    return datetime.now(UTC) - older_than
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PrunedThread:
-    """What ``prune`` did with one thread whose last event is older than the limit."""
-
-    thread_id: str
-    outcome: str
-    """``pruned``; ``would_prune`` (a dry run); or kept: ``running`` (a run still running),
-    ``resumed`` (written to while being pruned: what was removed before stays removed) or
-    ``not_archived`` (the archive could not take a copy with the same seqs)."""
-    last_event_at: datetime
-    last_seq: int
-    events: int = 0
-    """Events removed (or that a dry run would remove)."""
-    runs: int = 0
-    """Run rows removed (or that a dry run would remove)."""
-    archived: int = 0
-    """Events copied to the archive."""
-    reason: str = ""
-    """Why the thread was kept."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PruneResult:
-    """The threads ``prune`` found older than ``cutoff``, and what it did with each."""
-
-    cutoff: datetime
-    dry_run: bool
-    examined: int
-    """Threads looked at (young ones included)."""
-    threads: tuple[PrunedThread, ...]
-
-    @property
-    def pruned(self) -> list[PrunedThread]:
-        """Threads removed (or, in a dry run, that would be)."""
-        return [item for item in self.threads if item.outcome in {"pruned", "would_prune"}]
-
-    @property
-    def kept(self) -> list[PrunedThread]:
-        """Old threads left in place, with the reason."""
-        return [item for item in self.threads if item.outcome not in {"pruned", "would_prune"}]
-
-    @property
-    def events(self) -> int:
-        return sum(item.events for item in self.threads)
-
-    @property
-    def runs(self) -> int:
-        return sum(item.runs for item in self.threads)
-
-
-class _Resumed(Exception):
-    """The thread got events above the seq ``prune`` took as its last."""
-
-
-class _Pruner:
-    """One ``prune`` call, composed from the public contract; removals go through
-    ``_delete_thread_through`` (a backend that deletes a thread in one cheap step) or else
-    ``_delete_run_through``, one run at a time (each a short step of its own)."""
-
-    def __init__(
-        self, store: RunEventStore, cutoff: datetime, archive: RunEventStore | None, dry_run: bool
-    ) -> None:
-        self.store, self.cutoff, self.archive, self.dry_run = store, cutoff, archive, dry_run
-
-    async def run(self, thread_id: str | None) -> PruneResult:
-        if self.archive is not None and await asyncio.to_thread(_same_storage, self.store, self.archive):
-            raise ValueError("the archive is the store being pruned")
-        found: list[PrunedThread] = []
-        examined = 0
-        after: str | None = None
-        while True:
-            if thread_id is not None:
-                page = [thread_id]
-            else:
-                page = await self.store.list_threads(limit=PRUNE_PAGE, after=after)
-            for name in page:
-                examined += 1
-                outcome = await self.thread(name)
-                if outcome is not None:
-                    found.append(outcome)
-                await asyncio.sleep(0)  # a store that never awaits I/O still lets others run
-            if thread_id is not None or len(page) < PRUNE_PAGE:
-                return PruneResult(self.cutoff, self.dry_run, examined, tuple(found))
-            after = page[-1]
-
-    async def thread(self, thread_id: str) -> PrunedThread | None:
-        """Prune one thread if its last event is older than the cutoff (None: it is not)."""
-        store = self.store
-        through = await store.last_seq(thread_id)
-        newest = await store._page(EventQuery(thread_id=thread_id, limit=1))  # newest first
-        if not newest or newest[-1].seq > through or newest[-1].created_at >= self.cutoff:
+async def poll_last_seq(store: RunEventStore, thread_id: str, after_seq: int) -> int | None:
+    """Sleep ``follow_poll_interval`` between reads of the thread's last seq until it is above
+    ``after_seq`` (returned), or the store is closed (None): one cheap read per interval."""
+    while True:
+        await asyncio.sleep(store.follow_poll_interval)
+        if store._closed:
             return None
-        kept = functools.partial(PrunedThread, thread_id, last_event_at=newest[-1].created_at,
-                                 last_seq=through)
-        rows = await store.list_runs(thread_id)
-        if (running := await self.running_run(thread_id, rows, through)) is not None:
-            return kept("running", reason=f"run {running!r} is still running")
-        if self.dry_run:
-            count = sum([len(page) async for page in _pages(store, thread_id, through)])
-            return kept("would_prune", events=count, runs=len(rows))
-        archived = 0
-        if self.archive is not None:
-            archived, problem = await self.copy(self.archive, thread_id, through, rows)
-            if problem:
-                return kept("not_archived", archived=archived, reason=problem)
-        whole = await store._delete_thread_through(thread_id, through, [row.run_id for row in rows])
-        if whole is not None:
-            return kept("pruned", events=whole, runs=len(rows), archived=archived)
-        removed = runs = 0
-        try:
-            for row in rows:
-                removed += await self.remove_run(thread_id, row.run_id, through)
-                runs += 1
-            async for page in _pages(store, thread_id, through):  # events of runs without a row
-                for run_id in dict.fromkeys(event.run_id for event in page):
-                    removed += await self.remove_run(thread_id, run_id, through)
-        except _Resumed:
-            return kept("resumed", events=removed, runs=runs, archived=archived,
-                        reason="written to while it was being pruned")
-        return kept("pruned", events=removed, runs=runs, archived=archived)
-
-    async def running_run(self, thread_id: str, rows: Sequence[RunRow], through: int) -> str | None:
-        """A run that may still be running: its row says so (``pending`` only when touched after the
-        cutoff), or its last lifecycle event is ``run.start``."""
-        for row in rows:
-            if row.status == RunStatus.RUNNING or (
-                row.status == RunStatus.PENDING and row.updated_at >= self.cutoff
-            ):
-                return row.run_id
-        last: dict[str, str] = {}
-        async for page in _pages(self.store, thread_id, through, event_types=LIFECYCLE_TYPES):
-            last.update((event.run_id, event.event_type) for event in page)
-        return next((run_id for run_id, kind in last.items() if kind == "run.start"), None)
-
-    async def remove_run(self, thread_id: str, run_id: str, through: int) -> int:
-        if await self.store.last_seq(thread_id) != through:
-            raise _Resumed
-        return await self.store._delete_run_through(thread_id, run_id, through)
-
-    async def copy(
-        self, archive: RunEventStore, thread_id: str, through: int, rows: Sequence[RunRow]
-    ) -> tuple[int, str]:
-        """Copy the thread's events up to ``through`` and its run rows; (events copied, problem).
-
-        Every event keeps its seq or nothing of it is written: seqs the archive has assigned
-        already must hold these very events (an earlier prune that stopped half-way), and the
-        rest must continue the archive's thread without a gap.
-        """
-        expected = await archive.last_seq(thread_id)
-        copied = 0
-        async for page in _pages(self.store, thread_id, through):
-            held = [event for event in page if event.seq <= expected]
-            if held:
-                there = {event.seq: event.event_id async for event in
-                         _between(archive, thread_id, held[0].seq - 1, held[-1].seq)}
-                wrong = next((event for event in held if there.get(event.seq) != event.event_id), None)
-                if wrong is not None:
-                    return copied, f"seq {wrong.seq} of this thread holds another event in the archive"
-            fresh = page[len(held):]
-            for event in fresh:
-                if event.seq != expected + 1:
-                    return copied, (f"seq {expected + 1} is missing here (a deleted run?) or taken in "
-                                    f"the archive: seq {event.seq} would be renumbered")
-                expected = event.seq
-            try:
-                stored = await archive.put_batch([event.as_new_event() for event in fresh])
-            except ValueError as error:  # RunIdTakenError: the archive has that run id elsewhere
-                return copied, str(error)
-            moved = next((event for event, copy in zip(fresh, stored, strict=True)
-                          if copy.seq != event.seq), None)
-            if moved is not None:
-                return copied, f"seq {moved.seq} got another seq in the archive (a concurrent writer?)"
-            copied += len(page)
-        for row in rows:
-            try:
-                stored_row = await archive.put_run(row)
-            except ValueError as error:
-                return copied, f"run {row.run_id!r}: {error}"
-            if stored_row.status != row.status:
-                return copied, f"the archive holds run {row.run_id!r} as {stored_row.status}"
-        return copied, ""
-
-
-async def _pages(
-    store: RunEventStore, thread_id: str, through: int, *, event_types: Sequence[str] | None = None
-) -> AsyncIterator[list[RunEvent]]:
-    """The thread's events with seq <= ``through``, a page at a time, ascending."""
-    cursor = 0
-    while True:
-        page = await store.list_events(thread_id, event_types=event_types, limit=PRUNE_PAGE,
-                                       after_seq=cursor)
-        kept = [event for event in page if event.seq <= through]
-        if kept:
-            yield kept
-        if len(kept) < PRUNE_PAGE:
-            return
-        cursor = kept[-1].seq
-
-
-async def _between(store: RunEventStore, thread_id: str, after: int, through: int) -> AsyncIterator[RunEvent]:
-    """The thread's events with ``after < seq <= through``."""
-    while True:
-        page = await store.list_events(thread_id, limit=PRUNE_PAGE, after_seq=after)
-        for event in page:
-            if event.seq > through:
-                return
-            yield event
-        if len(page) < PRUNE_PAGE:
-            return
-        after = page[-1].seq
-
-
-def _same_storage(store: RunEventStore, other: RunEventStore) -> bool:
-    """Whether two store objects are one store (the same object, or file stores on one path).
-    Blocking (it resolves paths): call it from a worker thread."""
-    if store is other:
-        return True
-    for name in ("root", "path"):  # JsonlRunEventStore.root, SqliteRunEventStore.path
-        mine, theirs = getattr(store, name, None), getattr(other, name, None)
-        if isinstance(mine, Path) and isinstance(theirs, Path):
-            return mine.resolve() == theirs.resolve()
-    return False
+        last = await store._last_seq(thread_id)
+        if last > after_seq:
+            return last

@@ -21,7 +21,7 @@ import itertools
 import operator
 import threading
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Final, NamedTuple
@@ -31,16 +31,17 @@ from run_journal.runs import RunRow, may_replace
 from run_journal.stores.base import (
     MESSAGE,
     RUN_START,
-    TERMINAL_TYPES,
     EventQuery,
+    RecentThreadQuery,
     RunEventStore,
     RunIdTakenError,
     RunQuery,
     StartQuery,
+    ThreadActivity,
     ThreadQuery,
     Waiter,
-    as_new_event,
-    check_run_starts,
+    after_error,
+    stamp,
 )
 
 
@@ -138,6 +139,33 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+class Recent:
+    """Threads by latest activity: keys (stamp, thread_id) kept sorted, so a page is a ``bisect``
+    and a walk down the list, never a sort of every thread."""
+
+    __slots__ = ("keys", "of")
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[str, str]] = []
+        self.of: dict[str, str] = {}
+        """thread_id -> its stamp in ``keys``."""
+
+    def set(self, thread_id: str, moment: str | None) -> None:
+        """Place the thread at ``moment`` (None: take it out)."""
+        old = self.of.pop(thread_id, None)
+        if old is not None:
+            del self.keys[bisect.bisect_left(self.keys, (old, thread_id))]
+        if moment is not None:
+            self.of[thread_id] = moment
+            bisect.insort(self.keys, (moment, thread_id))
+
+    def page(self, query: RecentThreadQuery) -> list[ThreadActivity]:
+        keys = self.keys
+        stop = len(keys) if query.before is None else bisect.bisect_left(keys, query.before)
+        newest_first = (keys[i] for i in range(stop - 1, max(stop - 1 - query.limit, -1), -1))
+        return [ThreadActivity(thread, datetime.fromisoformat(moment)) for moment, thread in newest_first]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class StoredRun:
     row_json: str
@@ -146,6 +174,7 @@ class StoredRun:
     status: str
     run_id: str
     started_at: datetime | None
+    user_id: str | None
 
     def row(self) -> RunRow:
         return RunRow.from_dict(loads(self.row_json))
@@ -164,6 +193,8 @@ class MemoryRunEventStore(RunEventStore):
         self._runs: dict[str, StoredRun] = {}
         self._run_starts: dict[str, tuple[str, str]] = {}
         """run_id -> (thread_id, event_id) of its run.start; stale once that event is deleted."""
+        self._recent = Recent()
+        self._recent_of_user: defaultdict[str, Recent] = defaultdict(Recent)
 
     @classmethod
     def from_url(cls, url: str = "memory://", **options: Any) -> MemoryRunEventStore:
@@ -204,8 +235,22 @@ class MemoryRunEventStore(RunEventStore):
             self._check_start(event)
             self._run_starts[event.run_id] = (event.thread_id, event.event_id)
         record = thread.add(event)
+        moment = stamp(event.created_at)  # the thread's newest event now
+        self._recent.set(event.thread_id, moment)
+        if event.user_id is not None:
+            self._recent_of_user[event.user_id].set(event.thread_id, moment)
         thread.wake()
         return record, True
+
+    def _replace_activity(self, thread_id: str, thread: ThreadEvents, users: Iterable[str | None]) -> None:
+        """Under the lock, after a delete: the thread's (and ``users``') newest remaining event."""
+        records = thread.events.records
+        self._recent.set(thread_id, stamp(records[-1].event.created_at) if records else None)
+        for user_id in users:
+            if user_id is None:
+                continue
+            newest = next((record for record in reversed(records) if record.event.user_id == user_id), None)
+            self._recent_of_user[user_id].set(thread_id, stamp(newest.event.created_at) if newest else None)
 
     def _check_starts(self, batch: Sequence[NewEvent]) -> None:
         """Under the lock, before anything of ``batch`` is written: its new run.starts are free."""
@@ -230,18 +275,17 @@ class MemoryRunEventStore(RunEventStore):
             record, written = self._record(event, types)
         return record.to_event(), written
 
-    async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
+    async def _put_run_close(
+        self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow
+    ) -> bool:
         """One locked step: no reader sees the run's last events without its end and its row."""
-        batch = [as_new_event(item) for item in events]
-        check_run_starts(batch)
-        await self._ready()
         row_json = dumps(row.to_dict())
         with self._lock:
             self._check_open()
             self._check_starts([*batch, terminal])
             for event in batch:
                 self._record(event)
-            stored, _ = self._record(terminal, TERMINAL_TYPES)
+            stored, _ = self._record(terminal, types)
             if stored.event.event_id != terminal.event_id:
                 return False
             self._check_run_owner(row)  # as put_run: the events are written, the row is refused
@@ -268,7 +312,7 @@ class MemoryRunEventStore(RunEventStore):
             return stored
         first_put_at = stored.first_put_at if stored else utc_now()
         self._runs[row.run_id] = StoredRun(
-            row_json, first_put_at, row.thread_id, row.status, row.run_id, row.started_at
+            row_json, first_put_at, row.thread_id, row.status, row.run_id, row.started_at, row.user_id
         )
         return None
 
@@ -315,6 +359,13 @@ class MemoryRunEventStore(RunEventStore):
             ]
         return sorted(names)[: query.limit]
 
+    async def _select_recent_threads(self, query: RecentThreadQuery) -> list[ThreadActivity]:
+        with self._lock:
+            if query.user_id is None:
+                return self._recent.page(query)
+            recent = self._recent_of_user.get(query.user_id)
+            return recent.page(query) if recent is not None else []
+
     async def _last_seq(self, thread_id: str) -> int:
         with self._lock:
             thread = self._threads.get(thread_id)
@@ -327,15 +378,19 @@ class MemoryRunEventStore(RunEventStore):
     async def _woken_by_writes(self, thread_id: str) -> AsyncIterator[Waiter]:
         """Waits on a future that the next write of the thread (or ``aclose``) resolves."""
 
-        async def wait(after_seq: int) -> None:
+        async def wait(after_seq: int) -> int | None:
             loop = asyncio.get_running_loop()
             future: asyncio.Future[None] = loop.create_future()
             with self._lock:
                 thread = self._threads[thread_id]
-                if self._closed or thread.last_seq > after_seq:
-                    return
+                if self._closed:
+                    return None
+                if thread.last_seq > after_seq:
+                    return thread.last_seq
                 thread.waiters.append((loop, future))
             await future
+            with self._lock:
+                return None if self._closed else self._threads[thread_id].last_seq
 
         yield wait
 
@@ -361,12 +416,22 @@ class MemoryRunEventStore(RunEventStore):
 
     async def _select_runs(self, query: RunQuery) -> list[RunRow]:
         with self._lock:
-            stored = [
-                item for item in self._runs.values()
-                if (query.thread_id is None or item.thread_id == query.thread_id)
-                and (query.statuses is None or item.status in query.statuses)
-            ]
-        return [item.row() for item in sorted(stored, key=StoredRun.sort_key)]
+            listed = (item for item in self._runs.values()
+                      if query.admits(item.thread_id, item.status, item.user_id))
+            stored = sorted(listed, key=StoredRun.sort_key, reverse=query.newest_first)
+            if query.after is not None:
+                cursor = self._runs.get(query.after)
+                if cursor is None or query.thread_id not in (None, cursor.thread_id):
+                    raise after_error(query.after)
+                key = cursor.sort_key()
+                stored = [item for item in stored if (item.sort_key() < key if query.newest_first
+                                                      else item.sort_key() > key)]
+        return [item.row() for item in stored[: query.limit]]
+
+    async def _count_runs(self, query: RunQuery) -> int:
+        with self._lock:
+            return sum(1 for item in self._runs.values()
+                       if query.admits(item.thread_id, item.status, item.user_id))
 
     # -- deletes ---------------------------------------------------------------------------------
     async def _delete_thread(self, thread_id: str) -> int:
@@ -379,6 +444,7 @@ class MemoryRunEventStore(RunEventStore):
             emptied = ThreadEvents()
             emptied.last_seq = thread.last_seq  # seq is never reused: the counter outlives the events
             self._threads[thread_id] = emptied
+            self._replace_activity(thread_id, emptied, list(thread.users))
             thread.wake()
             return len(thread.events.records)
 
@@ -388,4 +454,10 @@ class MemoryRunEventStore(RunEventStore):
             if stored is not None and stored.thread_id == thread_id:
                 del self._runs[run_id]
             thread = self._threads.get(thread_id)
-            return thread.drop_run(run_id) if thread else 0
+            if thread is None:
+                return 0
+            users = list(thread.users)
+            dropped = thread.drop_run(run_id)
+            if dropped:
+                self._replace_activity(thread_id, thread, users)
+            return dropped

@@ -25,6 +25,7 @@ import importlib.util
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, ClassVar, Final, Protocol, TypeVar
 
 from sqlalchemy.engine import URL, make_url
@@ -35,24 +36,22 @@ from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores.base import (
     MESSAGE,
     RUN_START,
-    TERMINAL_TYPES,
     EventQuery,
+    RecentThreadQuery,
     RunEventStore,
     RunIdTakenError,
     RunQuery,
     StartQuery,
+    ThreadActivity,
     ThreadQuery,
-    as_new_event,
-    check_run_starts,
-    exclusive_set,
+    after_error,
 )
-from run_journal.stores.sql_schema import events, qualified, run_starts, runs, stamp, threads
+from run_journal.stores.queries import stamp
+from run_journal.stores.sql_schema import events, qualified, run_starts, runs, threads, user_threads
 
 T = TypeVar("T")
 POSTGRES_EXTRA: Final = "pip install 'run-journal[postgres]'"
 _CHUNK: Final = 500
-PRUNE_STEPS: Final = {"sqlite": 500, "postgresql": 5000}
-"""Events ``prune`` deletes per transaction (``SqlRunEventStore._delete_run_through``)."""
 """Event ids looked up per statement (both databases cap the parameters of one statement)."""
 
 
@@ -88,9 +87,10 @@ INSERT_COLUMNS: Final = (
     "created_at", "event_id", "user_id",
 )
 RUN_COLUMNS: Final = ("run_id", "thread_id", "user_id", "status", "started_at", "updated_at", "row",
-                      "first_put_at")
-_KEPT_ON_UPDATE: Final = frozenset({"run_id", "thread_id", "first_put_at"})
-"""Run columns an update never changes (a run never moves to another thread)."""
+                      "first_put_at", "ordered_at")
+_KEPT_ON_UPDATE: Final = frozenset({"run_id", "thread_id", "first_put_at", "ordered_at"})
+"""Run columns an update never sets from the new row (a run never moves to another thread; its
+place in the order is its start, else its first put, as stored)."""
 
 
 def insert_values(event: NewEvent, seq: int) -> tuple[Any, ...]:
@@ -114,11 +114,12 @@ def markers(sql: str) -> tuple[str, tuple[str, ...]]:
 def run_values(row: RunRow) -> dict[str, Any]:
     """The runs table's columns for ``row``; ``first_put_at`` is now (kept only by an insert)."""
     data = row.to_dict()
+    now = stamp(utc_now())
     return {
         "run_id": row.run_id, "thread_id": row.thread_id, "user_id": row.user_id,
         "status": data["status"], "updated_at": stamp(row.updated_at),
         "started_at": stamp(row.started_at) if row.started_at else None, "row": dumps(data),
-        "first_put_at": stamp(utc_now()),
+        "first_put_at": now, "ordered_at": stamp(row.started_at) if row.started_at else now,
     }
 
 
@@ -141,35 +142,63 @@ class SqlWork:
     expect to run inside one write transaction; read units need none.
     """
 
-    def __init__(self, schema: str | None = None) -> None:
+    def __init__(self, schema: str | None = None, *, lateral_joins: bool = False) -> None:
+        self.lateral_joins = lateral_joins
+        """Whether the database joins ``LATERAL`` (PostgreSQL): a join it must run as an index lookup
+        per row whatever its statistics say (SQLite's planner does that unasked)."""
         self.events = qualified(events, schema)
         self.threads = qualified(threads, schema)
         self.runs = qualified(runs, schema)
         self.run_starts = qualified(run_starts, schema)
         self.select = f"SELECT {_row_columns()} FROM {self.events}"
         # the claim of a run id: inserted, or the stored one returned (locked until commit)
+        has_row = f"EXISTS (SELECT 1 FROM {self.runs} AS r WHERE r.run_id = :row_run_id)"
         self.claim_start = (
-            f"INSERT INTO {self.run_starts} AS s (run_id, thread_id, event_id) "
-            "VALUES (:run_id, :thread_id, :event_id) "
+            f"INSERT INTO {self.run_starts} AS s (run_id, thread_id, event_id, has_row) "
+            f"VALUES (:run_id, :thread_id, :event_id, {has_row}) "
             "ON CONFLICT (run_id) DO UPDATE SET run_id = excluded.run_id RETURNING thread_id, event_id"
         )
-        self.reclaim_start = (f"UPDATE {self.run_starts} SET thread_id = :thread_id, event_id = :event_id "
-                              "WHERE run_id = :run_id")
+        self.reclaim_start = (f"UPDATE {self.run_starts} SET thread_id = :thread_id, event_id = :event_id, "
+                              f"has_row = {has_row} WHERE run_id = :run_id")
+        self.mark_row = f"UPDATE {self.run_starts} SET has_row = TRUE WHERE run_id = :run_id AND NOT has_row"
         self.event_stored = (f"SELECT 1 FROM {self.events} "
                              "WHERE thread_id = :thread_id AND event_id = :event_id")
+        self.user_threads = qualified(user_threads, schema)
+        # last_at (the created_at of the newest event) is set here when every event is known to be
+        # new, else (NULL) by set_last once the lookups have said which are
         self.bump = (
-            f"INSERT INTO {self.threads} AS c (thread_id, last_seq) VALUES (:thread_id, :count) "
-            "ON CONFLICT (thread_id) DO UPDATE SET last_seq = c.last_seq + excluded.last_seq "
-            "RETURNING last_seq"
+            f"INSERT INTO {self.threads} AS c (thread_id, last_seq, last_at) "
+            "VALUES (:thread_id, :count, :last_at) "
+            "ON CONFLICT (thread_id) DO UPDATE SET last_seq = c.last_seq + excluded.last_seq, "
+            "last_at = coalesce(excluded.last_at, c.last_at) RETURNING last_seq"
         )
-        self.set_last = f"UPDATE {self.threads} SET last_seq = :last_seq WHERE thread_id = :thread_id"
+        self.set_last = (f"UPDATE {self.threads} SET last_seq = :last_seq, "
+                         "last_at = coalesce(:last_at, last_at) WHERE thread_id = :thread_id")
+        self.touch_user = (
+            f"INSERT INTO {self.user_threads} (user_id, thread_id, last_at) "
+            "VALUES (:user_id, :thread_id, :last_at) "
+            "ON CONFLICT (user_id, thread_id) DO UPDATE SET last_at = excluded.last_at"
+        )
+        newest = f"SELECT e.created_at FROM {self.events} AS e WHERE e.thread_id = :thread_id"
+        self.reset_activity = (  # after a delete: the newest remaining event (NULL: none)
+            f"UPDATE {self.threads} SET last_at = ({newest} ORDER BY e.seq DESC LIMIT 1) "
+            "WHERE thread_id = :thread_id"
+        )
+        self.drop_users_gone = (
+            f"DELETE FROM {self.user_threads} WHERE thread_id = :thread_id AND NOT EXISTS "
+            f"({newest} AND e.user_id = {self.user_threads}.user_id)"
+        )
+        self.reset_users = (
+            f"UPDATE {self.user_threads} SET last_at = ({newest} AND e.user_id = "
+            f"{self.user_threads}.user_id ORDER BY e.seq DESC LIMIT 1) WHERE thread_id = :thread_id"
+        )
         self.insert = (
             f"INSERT INTO {self.events} ({', '.join(INSERT_COLUMNS)}) "
             f"VALUES ({', '.join(':' + name for name in INSERT_COLUMNS)})"
         )
         updates = ", ".join(
             f'"{name}" = excluded."{name}"' for name in RUN_COLUMNS if name not in _KEPT_ON_UPDATE
-        )
+        ) + ', "ordered_at" = coalesce(excluded."started_at", r."first_put_at")'
         finished = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
         columns = ", ".join(f'"{name}"' for name in RUN_COLUMNS)
         self.upsert_run = (  # the guards (same thread, runs.may_replace) are the update's WHERE
@@ -195,32 +224,47 @@ class SqlWork:
         return results
 
     def put_if_absent(self, db: SqlSession, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
-        return self.write_thread(db, event.thread_id, [event], types=types)[0]
+        return self.write_thread(db, event.thread_id, [event], exclusive=types)[0]
 
     def write_thread(
         self, db: SqlSession, thread_id: str, batch: Sequence[NewEvent], *,
-        look_up: bool = True, types: tuple[str, ...] = (),
+        look_up: bool = True, exclusive: tuple[str, ...] = (),
     ) -> list[tuple[RunEvent, bool]]:
-        """Write one thread's events, each unless its event_id is stored (or, with ``types``, its run
-        holds an event of one of those types); per event, its stored record and whether this wrote it.
+        """Write one thread's events, each unless its event_id is stored; per event, its stored
+        record and whether this wrote it. With ``exclusive``, the last event is a singleton of its
+        run among those types: not written when the run holds one (stored, or earlier in the batch),
+        whose record it gets instead.
 
-        The counter is bumped first: that takes the thread's write lock, so the lookups below and the
-        insert are one step for every other writer. ``look_up=False`` skips the event_id lookup: a
-        stored id then fails the insert (a unique violation) and the caller redoes the transaction
-        with the lookup (see ``SqlRunEventStore._append``).
+        The counter is bumped first, once: that takes the thread's write lock, so the lookups below
+        and the insert are one step for every other writer. ``look_up=False`` skips the event_id
+        lookup: a stored id then fails the insert (a unique violation) and the caller redoes the
+        transaction with the lookup (see ``SqlRunEventStore._append``).
         """
         first: dict[str, NewEvent] = {}
         for event in batch:
             first.setdefault(event.event_id, event)
-        last = int(db.rows(self.bump, {"thread_id": thread_id, "count": len(first)})[0][0])
+        sure = not look_up and not exclusive  # every event is new; else the lookups below say which
+        # without lookups only the singleton may stay unwritten: the bump takes the batch's newest
+        # moment when an earlier event would stand in for it (set_last corrects it if it must)
+        likely = not look_up and len(first) > 1
+        newest = stamp(next(reversed(first.values())).created_at) if likely or sure else None
+        last = int(db.rows(self.bump, {"thread_id": thread_id, "count": len(first), "last_at": newest})[0][0])
         found = self._stored_ids(db, thread_id, list(first)) if look_up else {}
-        for event in first.values() if types else ():
-            if event.event_id not in found and (row := self._first_of(db, event, types)) is not None:
-                found[event.event_id] = row
-        fresh = [event for event in first.values() if event.event_id not in found]
-        if len(fresh) < len(first):  # give back the seqs of what was stored already
-            last -= len(first) - len(fresh)
-            db.run(self.set_last, {"thread_id": thread_id, "last_seq": last})
+        single = first[batch[-1].event_id] if exclusive else None
+        held: NewEvent | None = None  # an earlier event of the batch the singleton yields to
+        if single is not None and single.event_id not in found:
+            if (row := self._first_of(db, single, exclusive)) is not None:
+                found[single.event_id] = row
+            else:
+                held = next((event for event in first.values() if event is not single
+                             and event.event_id not in found and event.run_id == single.run_id
+                             and event.event_type in exclusive), None)
+        fresh = [event for event in first.values()
+                 if event.event_id not in found and (held is None or event is not single)]
+        if not sure and not (likely and len(fresh) == len(first)):
+            last -= len(first) - len(fresh)  # give back the seqs of what is not written
+            db.run(self.set_last, {"thread_id": thread_id, "last_seq": last,
+                                   "last_at": stamp(fresh[-1].created_at) if fresh else None})
         for event in fresh:
             if event.event_type == RUN_START:
                 self._claim_run_id(db, event)
@@ -228,6 +272,9 @@ class SqlWork:
         seqs = {event.event_id: start + n for n, event in enumerate(fresh)}
         if fresh:
             db.run_many(self.insert, [insert_values(event, seqs[event.event_id]) for event in fresh])
+            users = {event.user_id: stamp(event.created_at) for event in fresh if event.user_id is not None}
+            if users:
+                db.run_many(self.touch_user, [(user, thread_id, moment) for user, moment in users.items()])
             db.notify(thread_id, last)
         results: list[tuple[RunEvent, bool]] = []
         returned: set[str] = set()
@@ -235,6 +282,8 @@ class SqlWork:
             event_id = event.event_id
             if event_id in found:
                 results.append((RunEvent.from_row(found[event_id]), False))
+            elif held is not None and single is not None and event_id == single.event_id:
+                results.append((RunEvent.stored(held, seqs[held.event_id], copy=True), False))
             elif event_id in returned:  # repeated in the batch: its own copy of the first one
                 results.append((RunEvent.stored(first[event_id], seqs[event_id], copy=True), False))
             else:
@@ -246,7 +295,8 @@ class SqlWork:
         """Take the run id for ``event`` (a new run.start), or raise ``RunIdTakenError`` (the
         transaction is then rolled back whole). A claim whose run.start is no longer stored (a
         deleted run) is taken over."""
-        params = {"run_id": event.run_id, "thread_id": event.thread_id, "event_id": event.event_id}
+        params = {"run_id": event.run_id, "thread_id": event.thread_id, "event_id": event.event_id,
+                  "row_run_id": event.run_id}
         owner, owner_event = db.rows(self.claim_start, params)[0]
         if (owner, owner_event) == (event.thread_id, event.event_id):
             return
@@ -275,25 +325,27 @@ class SqlWork:
         guard refused: the caller raises when that thread is not the row's)."""
         found = db.rows(self.upsert_run, values) or db.rows(self.stored_run, {"run_id": values["run_id"]})
         row_json, owner = found[0]
+        db.run(self.mark_row, values)
         return str(row_json), str(owner)
 
     def close_run(
-        self, db: SqlSession, batch: Sequence[NewEvent], terminal: NewEvent, values: Mapping[str, Any],
-        look_up: bool,
+        self, db: SqlSession, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...],
+        values: Mapping[str, Any], look_up: bool,
     ) -> tuple[str, str] | None:
-        """``put_run_close`` in one transaction: each thread's events (the terminal event after its
-        thread's), then the row. None, having written only the events, when the run already had
-        another terminal event."""
+        """``put_run_close`` in one transaction: each thread's events, the terminal event after its
+        thread's (exclusive among ``types``) in the same step, then the row. None, having written only
+        the events, when the run already had another terminal event."""
         positions = by_thread(batch)
         positions.setdefault(terminal.thread_id, [])
-        types = exclusive_set(terminal.event_type, TERMINAL_TYPES)
         stored: RunEvent | None = None
-        for thread_id in sorted(positions):
-            if positions[thread_id]:
-                events = [batch[index] for index in positions[thread_id]]
-                self.write_thread(db, thread_id, events, look_up=look_up)
+        for thread_id in sorted(positions):  # one counter bump per thread
+            events = [batch[index] for index in positions[thread_id]]
             if thread_id == terminal.thread_id:
-                stored, _ = self.write_thread(db, thread_id, [terminal], types=types)[0]
+                ended = self.write_thread(db, thread_id, [*events, terminal], look_up=look_up,
+                                          exclusive=types)
+                stored = ended[-1][0]
+            else:
+                self.write_thread(db, thread_id, events, look_up=look_up)
         if stored is None or stored.event_id != terminal.event_id:
             return None
         return self.put_run(db, values)
@@ -335,15 +387,31 @@ class SqlWork:
         return int(db.rows(sql, params)[0][0])
 
     def select_threads(self, db: SqlSession, query: ThreadQuery) -> list[str]:
-        holds = f"SELECT 1 FROM {self.events} AS e WHERE e.thread_id = c.thread_id"
-        if query.user_id is not None:
-            holds += " AND e.user_id = :user_id"
-        sql = f"SELECT c.thread_id FROM {self.threads} AS c WHERE EXISTS ({holds})"
+        """One index range: the thread counters that hold events (``last_at`` set) or, for a user,
+        that user's rows of ``run_journal_user_threads``."""
+        if query.user_id is None:
+            sql = f"SELECT thread_id FROM {self.threads} WHERE last_at IS NOT NULL"
+        else:
+            sql = f"SELECT thread_id FROM {self.user_threads} WHERE user_id = :user_id"
         if query.after is not None:
-            sql += " AND c.thread_id > :after"
-        sql += " ORDER BY c.thread_id LIMIT :limit"
+            sql += " AND thread_id > :after"
+        sql += " ORDER BY thread_id LIMIT :limit"
         params = {"user_id": query.user_id, "after": query.after, "limit": query.limit}
         return [str(row[0]) for row in db.rows(sql, params)]
+
+    def select_recent_threads(self, db: SqlSession, query: RecentThreadQuery) -> list[ThreadActivity]:
+        """One index range, read backwards: (``last_at``, ``thread_id``) below the cursor."""
+        if query.user_id is None:
+            sql = f"SELECT thread_id, last_at FROM {self.threads} WHERE last_at IS NOT NULL"
+        else:
+            sql = f"SELECT thread_id, last_at FROM {self.user_threads} WHERE user_id = :user_id"
+        params: dict[str, Any] = {"user_id": query.user_id, "limit": query.limit}
+        if query.before is not None:
+            sql += " AND (last_at, thread_id) < (:before_at, :before_id)"
+            params["before_at"], params["before_id"] = query.before
+        sql += " ORDER BY last_at DESC, thread_id DESC LIMIT :limit"
+        return [ThreadActivity(str(thread_id), datetime.fromisoformat(str(moment)))
+                for thread_id, moment in db.rows(sql, params)]
 
     def last_seq(self, db: SqlSession, thread_id: str) -> int:
         found = db.rows(f"SELECT last_seq FROM {self.threads} WHERE thread_id = :thread_id",
@@ -355,32 +423,59 @@ class SqlWork:
         return RunRow.from_dict(loads(found[0][0])) if found else None
 
     def select_starts_without_row(self, db: SqlSession, query: StartQuery) -> list[RunEvent]:
-        sql = (
-            f"SELECT {_row_columns('e.')} FROM {self.run_starts} AS s JOIN {self.events} AS e "
-            "ON e.thread_id = s.thread_id AND e.event_id = s.event_id "
-            f"WHERE NOT EXISTS (SELECT 1 FROM {self.runs} AS r WHERE r.run_id = s.run_id)"
-        )
+        """The rowless claims of the partial index (``has_row``), each joined to its run.start by
+        the events' (thread, event id) key. ``has_row`` is set by ``put_run`` and by the claim; a
+        row and a claim committed at once leave it unset, which the check of the runs table covers."""
+        match = (f"e.thread_id = s.thread_id AND e.event_id = s.event_id "
+                 f"AND NOT EXISTS (SELECT 1 FROM {self.runs} AS r WHERE r.run_id = s.run_id)")
+        if self.lateral_joins:
+            joined = (f"CROSS JOIN LATERAL (SELECT {_row_columns()} FROM {self.events} AS e WHERE {match} "
+                      "LIMIT 1) AS e")
+        else:
+            joined = f"JOIN {self.events} AS e ON {match}"
+        sql = f"SELECT {_row_columns('e.')} FROM {self.run_starts} AS s {joined} WHERE NOT s.has_row"
         if query.after is not None:
             sql += " AND s.run_id > :after"
         sql += " ORDER BY s.run_id LIMIT :limit"
         return RunEvent.from_rows(db.rows(sql, {"after": query.after, "limit": query.limit}))
 
-    def select_runs(self, db: SqlSession, query: RunQuery) -> list[RunRow]:
+    def _run_filters(self, query: RunQuery) -> tuple[list[str], dict[str, Any]]:
         where, params = [], {}
-        if query.thread_id is not None:
-            where.append("thread_id = :thread_id")
-            params["thread_id"] = query.thread_id
+        for column in ("thread_id", "user_id"):
+            if (value := getattr(query, column)) is not None:
+                where.append(f"{column} = :{column}")
+                params[column] = value
         if query.statuses is not None:
-            if not query.statuses:
-                return []
             marks, names = _names("status", query.statuses)
-            where.append(f"status IN ({marks})")
+            where.append(f"status IN ({marks})" if query.statuses else "1 = 0")
             params.update(names)
+        return where, params
+
+    def select_runs(self, db: SqlSession, query: RunQuery) -> list[RunRow]:
+        """One index range of (``thread_id``,) ``ordered_at``, ``run_id``; the cursor's place is
+        read first, in the same unit."""
+        where, params = self._run_filters(query)
+        if query.after is not None:
+            found = db.rows(f"SELECT ordered_at, thread_id FROM {self.runs} WHERE run_id = :run_id",
+                            {"run_id": query.after})
+            if not found or query.thread_id not in (None, found[0][1]):
+                raise after_error(query.after)
+            where.append(f"(ordered_at, run_id) {'<' if query.newest_first else '>'} (:after_at, :after_id)")
+            params["after_at"], params["after_id"] = found[0][0], query.after
         sql = f'SELECT "row" FROM {self.runs}'
         if where:
             sql += f" WHERE {' AND '.join(where)}"
-        sql += " ORDER BY coalesce(started_at, first_put_at, updated_at), run_id"
+        order = "DESC" if query.newest_first else "ASC"
+        sql += f" ORDER BY ordered_at {order}, run_id {order}"
+        if query.limit is not None:
+            sql += " LIMIT :limit"
+            params["limit"] = query.limit
         return [RunRow.from_dict(loads(row[0])) for row in db.rows(sql, params)]
+
+    def count_runs(self, db: SqlSession, query: RunQuery) -> int:
+        where, params = self._run_filters(query)
+        sql = f"SELECT count(*) FROM {self.runs}" + (f" WHERE {' AND '.join(where)}" if where else "")
+        return int(db.rows(sql, params)[0][0])
 
     # -- deletes ---------------------------------------------------------------------------------
     def delete(self, db: SqlSession, thread_id: str, run_id: str | None = None) -> int:
@@ -390,7 +485,20 @@ class SqlWork:
         deleted = db.run(f"DELETE FROM {self.events} WHERE {where}", params)
         db.run(f"DELETE FROM {self.runs} WHERE {where}", params)
         db.run(f"DELETE FROM {self.run_starts} WHERE {where}", params)  # the run ids are free again
+        if deleted:
+            self._reset_activity(db, thread_id, whole=run_id is None)
         return deleted
+
+    def _reset_activity(self, db: SqlSession, thread_id: str, *, whole: bool = False) -> None:
+        """After a delete: the thread's (and its users') newest remaining event, or none."""
+        params = {"thread_id": thread_id}
+        if whole:
+            db.run(f"UPDATE {self.threads} SET last_at = NULL WHERE thread_id = :thread_id", params)
+            db.run(f"DELETE FROM {self.user_threads} WHERE thread_id = :thread_id", params)
+            return
+        db.run(self.reset_activity, params)
+        db.run(self.drop_users_gone, params)
+        db.run(self.reset_users, params)
 
     def delete_through(
         self, db: SqlSession, thread_id: str, run_id: str, through_seq: int, limit: int
@@ -405,6 +513,8 @@ class SqlWork:
         if deleted < limit:
             for table in (self.runs, self.run_starts):
                 db.run(f"DELETE FROM {table} WHERE thread_id = :thread_id AND run_id = :run_id", params)
+        if deleted:
+            self._reset_activity(db, thread_id)
         return deleted
 
 
@@ -421,6 +531,11 @@ class SqlRunEventStore(RunEventStore):
     """``"sqlite"`` or ``"postgresql"``."""
     duplicate: ClassVar[tuple[type[Exception], ...]]
     """What the driver raises for a unique violation (an event_id stored already)."""
+    prune_step: ClassVar[int]
+    """Events ``prune`` deletes per transaction (``_delete_run_through``)."""
+    pause_between_prune_steps: ClassVar[bool]
+    """Whether ``prune`` rests after each step as long as the step took, so writers of other
+    processes, whose busy handler polls for the database lock, find it free half of the time."""
     schema_name: str | None = None
     """The PostgreSQL schema that holds the tables (None: the connection's default; always on SQLite)."""
 
@@ -432,8 +547,11 @@ class SqlRunEventStore(RunEventStore):
             cls = backend_class(engine.dialect.name)
         return super().__new__(cls)
 
+    lateral_joins: ClassVar[bool] = False
+    """See ``SqlWork.lateral_joins``."""
+
     def __init__(self, schema: str | None = None) -> None:
-        self._work = SqlWork(schema)
+        self._work = SqlWork(schema, lateral_joins=self.lateral_joins)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SqlRunEventStore:
@@ -471,16 +589,15 @@ class SqlRunEventStore(RunEventStore):
             raise moved_run_error(row.run_id, owner, row.thread_id)
         return RunRow.from_dict(loads(row_json))
 
-    async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
+    async def _put_run_close(
+        self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow
+    ) -> bool:
         """The run's last events, its terminal event and its row in one transaction."""
-        batch = [as_new_event(item) for item in events]
-        check_run_starts(batch)
-        await self._ready()
         values = run_values(row)
         try:  # as in _append: the lookup only when an event_id is stored already
-            stored = await self._write(self._work.close_run, batch, terminal, values, False)
+            stored = await self._write(self._work.close_run, batch, terminal, types, values, False)
         except self.duplicate:
-            stored = await self._write(self._work.close_run, batch, terminal, values, True)
+            stored = await self._write(self._work.close_run, batch, terminal, types, values, True)
         if stored is None:
             return False
         if stored[1] != row.thread_id:  # the events are committed; the row was refused
@@ -505,6 +622,12 @@ class SqlRunEventStore(RunEventStore):
     async def _select_runs(self, query: RunQuery) -> list[RunRow]:
         return await self._read(self._work.select_runs, query)
 
+    async def _count_runs(self, query: RunQuery) -> int:
+        return await self._read(self._work.count_runs, query)
+
+    async def _select_recent_threads(self, query: RecentThreadQuery) -> list[ThreadActivity]:
+        return await self._read(self._work.select_recent_threads, query)
+
     async def _select_starts_without_row(self, query: StartQuery) -> list[RunEvent]:
         return await self._read(self._work.select_starts_without_row, query)
 
@@ -515,18 +638,16 @@ class SqlRunEventStore(RunEventStore):
         return await self._write(self._work.delete, thread_id, run_id)
 
     async def _delete_run_through(self, thread_id: str, run_id: str, through_seq: int) -> int:
-        """``prune``'s delete of a run, ``PRUNE_STEPS`` events per transaction: one DELETE of a
+        """``prune``'s delete of a run, ``prune_step`` events per transaction: one DELETE of a
         300,000-event run held SQLite's write lock, and so every other writer, for 8 s
-        (``bench/bench_prune.py --shape big-runs``). On SQLite each step is followed by a pause as
-        long as it took, so writers of other processes (whose busy handler polls) find the lock free
-        half of the time."""
-        limit = PRUNE_STEPS[self.dialect]
+        (``bench/bench_prune.py --shape big-runs``)."""
+        limit = self.prune_step
         deleted = 0
         while True:
             began = time.perf_counter()
             step = await self._write(self._work.delete_through, thread_id, run_id, through_seq, limit)
             deleted += step
-            if self.dialect == "sqlite":
+            if self.pause_between_prune_steps:
                 await asyncio.sleep(time.perf_counter() - began)
             if step < limit:
                 return deleted

@@ -13,13 +13,14 @@ the later ones find the work done.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Final
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Connection,
+    DateTime,
     Index,
     Integer,
     MetaData,
@@ -27,11 +28,14 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     inspect,
     select,
+    text,
 )
 
 from run_journal.stores.base import CONTRACT_MAJOR, CONTRACT_VERSION, IncompatibleStoreError
+from run_journal.stores.postgres_write import create_function
 
 ID = String(255)
 """Thread, run, user and event ids (``envelope.validate_id`` caps them at 255 characters)."""
@@ -61,6 +65,9 @@ events = Table(
     Index("ix_run_journal_events_category", "thread_id", "category", "seq"),
     Index("ix_run_journal_events_run", "thread_id", "run_id", "seq"),
     Index("ix_run_journal_events_task", "thread_id", "task_id", "seq"),
+    # a user's events of a thread: user-scoped pages and follows, and a user's newest event in a
+    # thread after a delete (schema version 4)
+    Index("ix_run_journal_events_user", "thread_id", "user_id", "seq"),
 )
 
 threads = Table(
@@ -70,6 +77,21 @@ threads = Table(
     # The highest seq ever assigned: the per-thread lock writers take, and why a deleted range is
     # never reused.
     Column("last_seq", BigInteger, nullable=False),
+    # The created_at of the thread's newest event; NULL while it holds none (schema version 4).
+    # list_threads lists the threads where it is set, list_recent_threads orders by it.
+    Column("last_at", STAMP, nullable=True),
+    Index("ix_run_journal_threads_recent", "last_at", "thread_id"),
+)
+
+user_threads = Table(
+    "run_journal_user_threads",
+    metadata,
+    # One row per user and thread that holds events of the user: the created_at of the user's newest
+    # event there (schema version 4), so a user's thread list reads that user's rows only.
+    Column("user_id", ID, primary_key=True),
+    Column("thread_id", ID, primary_key=True),
+    Column("last_at", STAMP, nullable=False),
+    Index("ix_run_journal_user_threads_recent", "user_id", "last_at", "thread_id"),
 )
 
 runs = Table(
@@ -85,7 +107,12 @@ runs = Table(
     # When the run's first put_run happened (store clock); never updated. list_runs orders by
     # started_at, falling back to this (schema version 2).
     Column("first_put_at", STAMP, nullable=True),
-    Index("ix_run_journal_runs_thread", "thread_id", "started_at"),
+    # coalesce(started_at, first_put_at): the list_runs order as one indexed column (schema version 4).
+    Column("ordered_at", STAMP, nullable=True),
+    Index("ix_run_journal_runs_order", "thread_id", "ordered_at", "run_id"),
+    Index("ix_run_journal_runs_all_order", "ordered_at", "run_id"),
+    # runs by status in list order: reconcile's running and pending runs (schema version 5)
+    Index("ix_run_journal_runs_status", "status", "ordered_at", "run_id"),
 )
 
 run_starts = Table(
@@ -96,6 +123,22 @@ run_starts = Table(
     Column("run_id", ID, primary_key=True),
     Column("thread_id", ID, nullable=False),
     Column("event_id", ID, nullable=False),
+    # Whether the run has a row (schema version 5): the runs without one (a worker that died before
+    # its first put_run) are a partial index, not an anti-join over every run.
+    Column("has_row", Boolean, nullable=False, server_default=false()),
+    Index("ix_run_journal_run_starts_rowless", "run_id", sqlite_where=text("NOT has_row"),
+          postgresql_where=text("NOT has_row")),
+)
+
+followers = Table(
+    "run_journal_followers",
+    metadata,
+    # PostgreSQL only (schema version 5): the threads someone follows (a listening store registers
+    # them and renews them; a row past ``until`` is a follower gone), so a write sends NOTIFY only
+    # when it has a reader.
+    Column("thread_id", ID, primary_key=True),
+    Column("listener", String(32), primary_key=True),
+    Column("until", DateTime(timezone=True), nullable=False),
 )
 
 meta = Table(
@@ -111,11 +154,6 @@ def qualified(table: Table, schema: str | None) -> str:
     return f'"{schema}".{table.name}' if schema else table.name
 
 
-def stamp(moment: datetime) -> str:
-    """Fixed-width UTC text for a timestamp (``datetime.fromisoformat`` reads it back exactly)."""
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
-
-
 # -- migrations --------------------------------------------------------------------------------------
 def _create_v1(connection: Connection, schema: str | None) -> None:
     for table in (events, threads, runs):
@@ -125,8 +163,7 @@ def _create_v1(connection: Connection, schema: str | None) -> None:
 def _add_first_put_at_v2(connection: Connection, schema: str | None) -> None:
     """``run_journal_runs.first_put_at`` (v1 stores backfill it from ``updated_at``, the best known)."""
     table = qualified(runs, schema)
-    present = {column["name"] for column in inspect(connection).get_columns(runs.name, schema=schema)}
-    if "first_put_at" not in present:  # a fresh store got it from the current table definition
+    if "first_put_at" not in _columns(connection, runs, schema):  # a fresh store got it from the table
         connection.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN first_put_at VARCHAR(40)")
     connection.exec_driver_sql(f"UPDATE {table} SET first_put_at = updated_at WHERE first_put_at IS NULL")
 
@@ -142,8 +179,71 @@ def _add_run_starts_v3(connection: Connection, schema: str | None) -> None:
     )
 
 
+def _columns(connection: Connection, table: Table, schema: str | None) -> set[str]:
+    return {column["name"] for column in inspect(connection).get_columns(table.name, schema=schema)}
+
+
+def _create_indexes(connection: Connection, *indexes: Index) -> None:
+    for index in indexes:
+        index.create(connection, checkfirst=True)
+
+
+def _add_activity_and_run_order_v4(connection: Connection, schema: str | None) -> None:
+    """The indexed orders of schema version 4: ``run_journal_threads.last_at`` (the created_at of the
+    thread's newest event, NULL for a thread with none), ``run_journal_user_threads`` (the same per
+    user), ``run_journal_runs.ordered_at`` (the ``list_runs`` order) and their indexes, filled from
+    what is stored; the index of runs by (thread, started_at) it replaces is dropped."""
+    threads_table, events_table = qualified(threads, schema), qualified(events, schema)
+    runs_table, users_table = qualified(runs, schema), qualified(user_threads, schema)
+    if "last_at" not in _columns(connection, threads, schema):
+        connection.exec_driver_sql(f"ALTER TABLE {threads_table} ADD COLUMN last_at VARCHAR(40)")
+    connection.exec_driver_sql(
+        f"UPDATE {threads_table} SET last_at = (SELECT e.created_at FROM {events_table} AS e "
+        f"WHERE e.thread_id = {threads_table}.thread_id ORDER BY e.seq DESC LIMIT 1)"
+    )
+    user_threads.create(connection, checkfirst=True)
+    _create_indexes(connection, *events.indexes, *threads.indexes)
+    connection.exec_driver_sql(
+        f"INSERT INTO {users_table} (user_id, thread_id, last_at) "
+        f"SELECT e.user_id, e.thread_id, e.created_at FROM {events_table} AS e JOIN "
+        f"(SELECT thread_id, user_id, max(seq) AS seq FROM {events_table} WHERE user_id IS NOT NULL "
+        "GROUP BY thread_id, user_id) AS newest ON e.thread_id = newest.thread_id AND e.seq = newest.seq "
+        "WHERE true ON CONFLICT (user_id, thread_id) DO UPDATE SET last_at = excluded.last_at"
+    )
+    if "ordered_at" not in _columns(connection, runs, schema):
+        connection.exec_driver_sql(f"ALTER TABLE {runs_table} ADD COLUMN ordered_at VARCHAR(40)")
+    connection.exec_driver_sql(
+        f"UPDATE {runs_table} SET ordered_at = coalesce(started_at, first_put_at, updated_at) "
+        "WHERE ordered_at IS NULL"
+    )
+    _create_indexes(connection, *runs.indexes)
+    prefix = f'"{schema}".' if schema else ""
+    connection.exec_driver_sql(f"DROP INDEX IF EXISTS {prefix}ix_run_journal_runs_thread")
+
+
+def _add_reconcile_indexes_and_one_call_writes_v5(connection: Connection, schema: str | None) -> None:
+    """Schema version 5: ``run_journal_run_starts.has_row`` (filled from the stored rows) with its
+    partial index, an index of runs by status; on PostgreSQL also ``run_journal_followers`` and the
+    one-call write function (``stores/postgres_write.py``)."""
+    starts_table, runs_table = qualified(run_starts, schema), qualified(runs, schema)
+    if "has_row" not in _columns(connection, run_starts, schema):
+        connection.exec_driver_sql(
+            f"ALTER TABLE {starts_table} ADD COLUMN has_row BOOLEAN NOT NULL DEFAULT FALSE")
+    connection.exec_driver_sql(
+        f"UPDATE {starts_table} SET has_row = EXISTS (SELECT 1 FROM {runs_table} AS r "
+        f"WHERE r.run_id = {starts_table}.run_id)"
+    )
+    _create_indexes(connection, *run_starts.indexes, *runs.indexes)
+    if connection.dialect.name == "postgresql":
+        followers.create(connection, checkfirst=True)
+        connection.exec_driver_sql(create_function(schema))
+
+
 Migration = Callable[[Connection, str | None], None]
-MIGRATIONS: Final[tuple[Migration, ...]] = (_create_v1, _add_first_put_at_v2, _add_run_starts_v3)
+MIGRATIONS: Final[tuple[Migration, ...]] = (
+    _create_v1, _add_first_put_at_v2, _add_run_starts_v3, _add_activity_and_run_order_v4,
+    _add_reconcile_indexes_and_one_call_writes_v5,
+)
 """Position + 1 is the schema version a migration brings the store to. Append only; never change
 what one does to a store."""
 SCHEMA_VERSION: Final = len(MIGRATIONS)

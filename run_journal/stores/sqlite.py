@@ -191,6 +191,8 @@ class SqliteRunEventStore(SqlRunEventStore):
 
     dialect = "sqlite"
     duplicate = (sqlite3.IntegrityError,)
+    prune_step = 500
+    pause_between_prune_steps = True
 
     def __init__(
         self,
@@ -219,6 +221,10 @@ class SqliteRunEventStore(SqlRunEventStore):
         if driver_url.get_backend_name() != "sqlite" or driver_url.database is None:
             raise ValueError(f"{url!r} is not a sqlite:// URL")
         return cls(driver_url.database, **options)
+
+    @property
+    def location(self) -> Path:
+        return self.path
 
     async def _setup(self) -> None:
         """Create the file's directory, switch to WAL, create or migrate the tables (idempotent, and

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit, urlunsplit
 
-from run_journal.stores.base import RunEventStore
+if TYPE_CHECKING:  # the backends import the contract; this module only names it
+    from run_journal.stores.base import RunEventStore
 
 BACKENDS: Final = {
     "memory": ("run_journal.stores.memory", "MemoryRunEventStore"),

@@ -8,10 +8,10 @@ import pytest
 
 from run_journal.envelope import NewEvent, RunEvent
 from run_journal.runs import RunRow, RunStatus
-from run_journal.stores import base
+from run_journal.stores import retention
 from run_journal.stores.base import PruneResult, RunEventStore
 from run_journal.stores.memory import MemoryRunEventStore
-from run_journal.testing._support import StoreSuiteBase, read_all
+from run_journal.testing._support import StoreFactory, StoreSuiteBase, read_all
 
 OLD = datetime(2020, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 """When the events of an old thread were written: long before any cutoff of these tests."""
@@ -57,6 +57,7 @@ def outcomes(result: PruneResult) -> dict[str, tuple[str, int, int]]:
 async def assert_gone(store: RunEventStore, thread_id: str, run_ids: list[str]) -> None:
     """Nothing of the thread is left to any read (its counter aside)."""
     assert thread_id not in await store.list_threads()
+    assert thread_id not in [item.thread_id for item in await store.list_recent_threads(limit=1000)]
     assert await store.list_events(thread_id) == []
     assert await store.list_events(thread_id, event_types=["run.start", "run.end"]) == []
     assert await store.list_events(thread_id, task_id="k") == []
@@ -155,6 +156,23 @@ class PruneTests(StoreSuiteBase):
         assert await read_all(store, "old") == old
         assert await store.list_runs() == rows
 
+    async def test_prune_refuses_an_archive_that_is_the_store_itself(
+        self, store: RunEventStore, store_factory: StoreFactory
+    ) -> None:
+        """A second store object on the same storage (same ``location``) is the same store: copying a
+        thread into it and then deleting it would lose it."""
+        await old_thread(store, "old", runs=1)
+        with pytest.raises(ValueError, match="the archive is the store being pruned"):
+            await store.prune(older_than=MONTH, archive=store)
+        async with store_factory() as twin:
+            if store.location is None:  # a store that lives in this process: every object is its own
+                assert twin.location is None
+                return
+            assert twin.location == store.location
+            with pytest.raises(ValueError, match="the archive is the store being pruned"):
+                await store.prune(older_than=MONTH, archive=twin)
+        assert await store.list_threads() == ["old"]
+
     async def test_prune_is_limited_to_one_thread_or_by_a_moment(self, store: RunEventStore) -> None:
         await old_thread(store, "a")
         await old_thread(store, "b")
@@ -178,7 +196,7 @@ class PruneTests(StoreSuiteBase):
                                         category="trace", created_at=OLD) for n in range(21)])
         young = await old_thread(store, "t10-young", runs=1, at=None)
         await store.put_batch(run_events("t99", "last", answers=9))  # 12 events: 3 pages of 4
-        monkeypatch.setattr(base, "PRUNE_PAGE", 4)  # threads listed, events read, 4 at a time
+        monkeypatch.setattr(retention, "PRUNE_PAGE", 4)  # threads listed, events read, 4 at a time
         result = await store.prune(older_than=MONTH)
         assert (len(result.pruned), result.examined, result.events, result.kept) == (22, 23, 33, [])
         assert await store.list_threads() == ["t10-young"]

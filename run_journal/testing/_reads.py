@@ -114,6 +114,33 @@ class ReadTests(StoreSuiteBase):
         with pytest.raises(TypeError):
             await store.list_events("t", event_types="tool.call")
 
+    @pytest.mark.parametrize("value", [2**63, 2**64 + 5, -1, True, 1.0, "3"])
+    async def test_every_seq_cursor_is_checked_by_name(self, store: RunEventStore, value: object) -> None:
+        """A seq cursor is an integer from 0 to 2**63-1 (the SQL stores' signed 64-bit column) on every
+        read and ``follow``: anything else is a ValueError naming the parameter, never a failed query."""
+        await store.put(thread_id="t", run_id="r", event_type="llm.ai.response", category="message")
+        reads: dict[str, Callable[[Any], Awaitable[object]]] = {
+            "list_messages(after_seq)": lambda v: store.list_messages("t", after_seq=v),
+            "list_messages(before_seq)": lambda v: store.list_messages("t", before_seq=v),
+            "list_messages_by_run(after_seq)": lambda v: store.list_messages_by_run("t", "r", after_seq=v),
+            "list_messages_by_run(before_seq)": lambda v: store.list_messages_by_run("t", "r", before_seq=v),
+            "list_events(after_seq)": lambda v: store.list_events("t", after_seq=v),
+            "follow(after_seq)": lambda v: anext(aiter(store.follow("t", after_seq=v))),
+        }
+        for call, read in reads.items():
+            name = call.split("(")[1].rstrip(")")
+            with pytest.raises(ValueError, match=rf"{name} must be an integer from 0 to 2\*\*63-1"):
+                await read(value)
+
+    async def test_the_highest_seq_cursor_is_an_empty_page(self, store: RunEventStore) -> None:
+        await store.put(thread_id="t", run_id="r", event_type="llm.ai.response", category="message")
+        highest = 2**63 - 1
+        assert await store.list_messages("t", after_seq=highest) == []
+        assert [e.seq for e in await store.list_messages("t", before_seq=highest)] == [1]
+        assert await store.list_messages_by_run("t", "r", after_seq=highest) == []
+        assert await store.list_events("t", after_seq=highest) == []
+        assert [e.seq for e in await store.list_messages("t", after_seq=0, before_seq=highest)] == [1]
+
     async def test_user_id_scopes_every_read(self, store: RunEventStore) -> None:
         plan = [("bob", "a"), ("alice", "a"), (None, "a"), ("bob", "b"), ("alice", "a"), ("bob", "a")]
         await store.put_batch(

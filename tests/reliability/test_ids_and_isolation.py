@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from run_journal import RunEventStore, open_store
+from run_journal import RunEventStore, RunRow, open_store
 from run_journal.stores.urls import file_path_of
 from run_journal.testing import read_all
 
@@ -120,6 +120,12 @@ async def test_user_id_isolation_on_every_read(store: RunEventStore) -> None:
         assert {e.user_id for e in page} <= {"alice"}
     assert await scoped("count_messages", "shared") == 4
     assert await scoped("list_threads") == ["only-alice", "shared"]
+    assert {item.thread_id for item in await scoped("list_recent_threads")} == {"only-alice", "shared"}
+    for user in ("alice", "bob", "mallory"):
+        await store.put_run(RunRow(run_id=f"run-{user}", thread_id="shared", user_id=user))
+    assert [row.run_id for row in await scoped("list_runs", "shared")] == ["run-alice"]
+    assert [row.run_id for row in await scoped("list_runs", newest_first=True, limit=5)] == ["run-alice"]
+    assert await scoped("count_runs") == 1
     follower = store.follow("shared", user_id="alice")
     checked.add("follow")
     followed = [await anext(follower) for _ in range(4)]

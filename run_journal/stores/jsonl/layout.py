@@ -6,28 +6,48 @@
     run_index/<name>                    run id -> thread id, so ``get_run`` needs no scan
     run_starts/<name>                   run id -> the run.start that took it (``starts``)
 
-``<name>`` is ``base.file_name(id)`` and every path is built through ``base.path_inside``, so no id
-can name a path outside the root (checked again on the resolved path). Blocking: call from a worker
+``<name>`` is ``file_name(id)`` and every path is built through ``path_inside``, so no id can name a
+path outside the root (checked again on the resolved path). Blocking: call from a worker
 thread.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 from run_journal.stores.base import (
     CONTRACT_MAJOR,
     CONTRACT_VERSION,
     CorruptStoreError,
     IncompatibleStoreError,
-    file_name,
-    path_inside,
 )
 from run_journal.stores.jsonl.damage import read_meta
 from run_journal.stores.jsonl.files import CorruptRecordWarning, write_atomic
+
+_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def file_name(identifier: str) -> str:
+    """A file name for an id: readable prefix + 16 hex digits of its sha256, unique per id, never
+    path syntax (ids that differ only by case or by characters a filesystem dislikes get their own)."""
+    digest = hashlib.sha256(identifier.encode("utf-8")).hexdigest()[:16]
+    return f"{_UNSAFE.sub('_', identifier)[:48]}-{digest}"
+
+
+def path_inside(root: Path, *names: str) -> Path:
+    """``root / names...``, refused (ValueError) if it resolves outside ``root`` (a symlink swapped
+    in, say). Blocking (it resolves the path): call it from a worker thread."""
+    path = root.joinpath(*names)
+    resolved_root = root.resolve()
+    if not path.resolve().is_relative_to(resolved_root):
+        raise ValueError(f"{path} resolves outside the store directory {resolved_root}")
+    return path
 
 
 class Layout:

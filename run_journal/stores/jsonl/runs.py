@@ -18,7 +18,7 @@ from pathlib import Path
 
 from run_journal.envelope import dumps, utc_now
 from run_journal.runs import RunRow, may_replace
-from run_journal.stores.base import CorruptStoreError, RunQuery, StorageProblem
+from run_journal.stores.base import CorruptStoreError, RunQuery, StorageProblem, after_error
 from run_journal.stores.jsonl.files import CorruptRecordWarning, locked, write_atomic
 from run_journal.stores.jsonl.layout import Layout
 
@@ -85,6 +85,7 @@ class RunFiles:
         return stored[0] if stored else None
 
     def select(self, query: RunQuery) -> list[RunRow]:
+        """Every row of the listing read and sorted (one file per run): paged after the cursor."""
         found: list[tuple[datetime, str, RunRow]] = []
         for folder in self._layout.run_folders(query.thread_id):
             for path in folder.glob("*.json") if folder.is_dir() else ():
@@ -93,11 +94,18 @@ class RunFiles:
                 except CorruptStoreError as error:  # only that run is affected
                     warnings.warn(f"{error}; left out", CorruptRecordWarning, stacklevel=2)
                     continue
-                if stored is not None and (query.statuses is None or stored[0].status in query.statuses):
+                if stored is not None:
                     row, first_put_at = stored
                     started = row.started_at or datetime.fromisoformat(first_put_at)
                     found.append((started, row.run_id, row))
-        return [row for _, _, row in sorted(found, key=lambda item: item[:2])]
+        found.sort(key=lambda item: item[:2], reverse=query.newest_first)
+        if query.after is not None:
+            at = next((place for place, item in enumerate(found) if item[1] == query.after), None)
+            if at is None:
+                raise after_error(query.after)
+            found = found[at + 1:]
+        rows = [row for _, _, row in found if query.admits(row.thread_id, row.status, row.user_id)]
+        return rows[: query.limit]
 
     def drop_thread(self, thread_id: str) -> None:
         """Remove every run of the thread (the caller holds the thread's lock)."""

@@ -24,14 +24,18 @@ from run_journal.stores.base import (
     RUN_START,
     CorruptStoreError,
     EventQuery,
+    RecentThreadQuery,
     RunEventStore,
     RunQuery,
     StartQuery,
     StorageProblem,
+    ThreadActivity,
     ThreadQuery,
     metadata_task_id,
+    stamp,
 )
 from run_journal.stores.jsonl import damage, log
+from run_journal.stores.jsonl.activity import Activity, newest_of_batch
 from run_journal.stores.jsonl.facts import Facts, ThreadFacts
 from run_journal.stores.jsonl.layout import Layout
 from run_journal.stores.jsonl.runs import RunFiles, check_runs
@@ -55,6 +59,7 @@ class JsonlRunEventStore(RunEventStore):
         self._runs = RunFiles(self._layout, durable=durable)
         self._facts = ThreadFacts()
         self._starts = RunStarts(self._layout, self._facts, durable=durable)
+        self._activity = Activity(self._layout)
         self._checked: set[tuple[Path, str, tuple[int, int]]] = set()
         """Index files a reader found damaged lines in and asked to repair (once each)."""
 
@@ -63,8 +68,16 @@ class JsonlRunEventStore(RunEventStore):
         """``jsonl:///relative/dir`` or ``jsonl:////absolute/dir``; options: ``durable``."""
         return cls(file_path_of(url), **options)
 
+    @property
+    def location(self) -> Path:
+        return self.root
+
     async def _setup(self) -> None:
-        await self._run(lambda: self._layout.create(durable=self.durable))
+        await self._run(self._setup_sync)
+
+    def _setup_sync(self) -> None:
+        self._layout.create(durable=self.durable)
+        self._activity.build()
 
     @staticmethod
     async def _run(work: Callable[..., T], *args: Any) -> T:
@@ -130,6 +143,9 @@ class JsonlRunEventStore(RunEventStore):
                         self._starts.claim(event, facts)
                 if lines:
                     log.append(view, lines, durable=self.durable)
+                    moments = ((event.user_id, stamp(event.created_at)) for event, _ in fresh.values())
+                    for user_id, moment in newest_of_batch(moments).items():
+                        self._activity.place(thread_id, directory, user_id, moment)
                 return results
             finally:
                 view.close()
@@ -194,6 +210,9 @@ class JsonlRunEventStore(RunEventStore):
             if facts.live and (query.user_id is None or facts.users[query.user_id] > 0):
                 names.append(thread_id)
         return sorted(names)[: query.limit]
+
+    async def _select_recent_threads(self, query: RecentThreadQuery) -> list[ThreadActivity]:
+        return await self._run(self._activity.page, query)
 
     async def _last_seq(self, thread_id: str) -> int:
         return await self._run(self._last_seq_sync, thread_id)
@@ -261,6 +280,7 @@ class JsonlRunEventStore(RunEventStore):
                 deleted = log.clear(view, thread_id, durable=self.durable)
             finally:
                 view.close()
+            self._activity.replace_from(thread_id, directory, None)
             self._starts.release(thread_id, started)
             self._runs.drop_thread(thread_id)
         return deleted
@@ -283,6 +303,9 @@ class JsonlRunEventStore(RunEventStore):
                                               durable=self.durable)
                 finally:
                     view.close()
+                if deleted:
+                    with log.snapshot(directory) as rest:
+                        self._activity.replace_from(thread_id, directory, rest)
                 self._starts.release(thread_id, started)
             if run_id is None:
                 self._runs.drop_thread(thread_id)

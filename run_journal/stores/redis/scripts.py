@@ -11,8 +11,12 @@ Key layout (``P`` is the store prefix, ``B`` = ``P t/<thread>/``):
 (score = seq): ``B all``, ``B msg``, ``B r/<run>/all``, ``B r/<run>/msg``, ``B ty/<type>``,
 ``B r/<run>/ty/<type>``, ``B task/<sha1(task_id)>``, ``B u/<user>/all``, ``B u/<user>/msg``;
 ``B keys`` (set of the dynamic index keys, for deletes and TTL), ``B users``, ``B runs`` (run ids,
-score = started_at or else first put_run, epoch microseconds); global: ``P threads``,
-``P u/<user>/threads`` (lexical sets), ``P run/<run>`` (run row hash), ``P runs`` (as ``B runs``),
+score = started_at or else first put_run, epoch microseconds), ``B at`` and ``B u/<user>/at`` (the
+thread's member of ``P recent`` and of ``P u/<user>/recent``); global: ``P threads``,
+``P u/<user>/threads`` (lexical sets), ``P recent`` and ``P u/<user>/recent`` (lexical sets of
+``<stamp>/<thread>``: the created_at of the thread's, or the user's, newest event there, so a reverse
+lexical range is the activity order), ``P run/<run>`` (run row hash), ``P runs`` (as ``B runs``),
+``P st/<status>`` (the runs of one status, scored as ``P runs``),
 ``P start/<run>`` (``<thread>\n<event_id>`` of the run's ``run.start``: the run id is taken while
 that event is stored), ``P starts`` (lexical set of run ids that have a ``run.start`` and no row yet).
 Channel ``B new`` carries the last seq after each append.
@@ -24,7 +28,36 @@ from typing import Final
 
 _FIXED_KEYS: Final = """
 local function fixed_keys(B)
-  return {B .. 'seq', B .. 'ev', B .. 'ids', B .. 'all', B .. 'msg', B .. 'keys', B .. 'users', B .. 'runs'}
+  return {B .. 'seq', B .. 'ev', B .. 'ids', B .. 'all', B .. 'msg', B .. 'keys', B .. 'users', B .. 'runs',
+          B .. 'at'}
+end
+
+-- The activity order: lexical set S holds '<stamp>/<thread>' per thread, the thread's current member
+-- kept at key A, so a new member replaces the old one (member nil: the thread leaves the set).
+local function place(S, A, member)
+  local old = redis.call('GET', A)
+  if old == member then return end
+  if old then redis.call('ZREM', S, old) end
+  if member then
+    redis.call('ZADD', S, 0, member)
+    redis.call('SET', A, member)
+  else
+    redis.call('DEL', A)
+  end
+end
+
+-- The stamp of a stored record's created_at, fixed width ('.000000' added when it has no fraction).
+local function record_stamp(record)
+  local at = cjson.decode(record).created_at
+  if string.len(at) == 25 then at = string.sub(at, 1, 19) .. '.000000' .. string.sub(at, 20) end
+  return at
+end
+
+-- Put the thread (index I: all its events, or a user's) where its newest event says, or take it out.
+local function replace(S, A, I, B, T)
+  local newest = redis.call('ZREVRANGE', I, 0, 0)[1]
+  local record = newest and redis.call('HGET', B .. 'ev', newest)
+  place(S, A, record and (record_stamp(record) .. '/' .. T) or nil)
 end
 
 local function unlink_all(keys)
@@ -39,12 +72,16 @@ local function drop_thread(P, T, B, with_runs)
   local count = redis.call('ZCARD', B .. 'all')
   for _, user in ipairs(redis.call('SMEMBERS', B .. 'users')) do
     redis.call('ZREM', P .. 'u/' .. user .. '/threads', T)
+    place(P .. 'u/' .. user .. '/recent', B .. 'u/' .. user .. '/at', nil)
   end
+  place(P .. 'recent', B .. 'at', nil)
   if with_runs then
     for _, run in ipairs(redis.call('ZRANGE', B .. 'runs', 0, -1)) do
-      if redis.call('HGET', P .. 'run/' .. run, 'thread_id') == T then
+      local owner, status = unpack(redis.call('HMGET', P .. 'run/' .. run, 'thread_id', 'status'))
+      if owner == T then
         redis.call('UNLINK', P .. 'run/' .. run)
         redis.call('ZREM', P .. 'runs', run)
+        redis.call('ZREM', P .. 'st/' .. status, run)
       end
     end
   end
@@ -60,8 +97,8 @@ end
 
 APPEND: Final = _FIXED_KEYS + """
 -- ARGV: prefix, thread_id, mode ('append' | 'once'), ttl_seconds, n, then n event types (mode
--- 'once': the run may hold none of them), then 7 fields per event: event_id, run_id, event_type,
--- is_message ('1'/'0'), task key ('' or sha1), user_id ('' or id), record.
+-- 'once': the run may hold none of them), then 8 fields per event: event_id, run_id, event_type,
+-- is_message ('1'/'0'), task key ('' or sha1), user_id ('' or id), record, created_at stamp.
 -- Returns seq, stored-record-or-false per event (a record when the event was stored before); or,
 -- writing nothing, {'run_taken', run_id, thread, event_id} when a new run.start names a run id whose
 -- run.start (another event) is stored.
@@ -96,7 +133,7 @@ end
 
 -- decide: no writes in this loop
 local out, plan, fresh = {}, {}, {}
-for o = 6 + nx, #ARGV, 7 do
+for o = 6 + nx, #ARGV, 8 do
   local eid = ARGV[o]
   local seq, stored = fresh[eid], false
   if not seq then
@@ -129,7 +166,7 @@ end
 if #plan == 0 then return out end
 
 -- write
-local touched, users = {}, {}
+local touched, users, newest = {}, {}, nil
 local function index(key, s)
   redis.call('ZADD', key, s, s)
   touched[key] = true
@@ -150,10 +187,11 @@ for _, o in ipairs(plan) do
     index(R .. 'msg', s)
   end
   if task ~= '' then index(B .. 'task/' .. task, s) end
+  newest = ARGV[o + 7] .. '/' .. T -- the events are planned in seq order: the last is the newest
   if user ~= '' then
     index(B .. 'u/' .. user .. '/all', s)
     if msg == '1' then index(B .. 'u/' .. user .. '/msg', s) end
-    users[user] = true
+    users[user] = newest
   end
   if etype == 'run.start' then
     redis.call('SET', P .. 'start/' .. run, T .. '\\n' .. eid)
@@ -163,11 +201,14 @@ for _, o in ipairs(plan) do
 end
 redis.call('SET', B .. 'seq', last)
 redis.call('ZADD', P .. 'threads', 0, T)
-for key in pairs(touched) do redis.call('SADD', B .. 'keys', key) end
-for user in pairs(users) do
+place(P .. 'recent', B .. 'at', newest)
+for user, member in pairs(users) do
   redis.call('SADD', B .. 'users', user)
   redis.call('ZADD', P .. 'u/' .. user .. '/threads', 0, T)
+  place(P .. 'u/' .. user .. '/recent', B .. 'u/' .. user .. '/at', member)
+  touched[B .. 'u/' .. user .. '/at'] = true
 end
+for key in pairs(touched) do redis.call('SADD', B .. 'keys', key) end
 if ttl > 0 then
   for _, key in ipairs(fixed_keys(B)) do redis.call('EXPIRE', key, ttl) end
   for _, key in ipairs(redis.call('SMEMBERS', B .. 'keys')) do redis.call('EXPIRE', key, ttl) end
@@ -240,6 +281,8 @@ if ARGV[7] ~= '' then score = ARGV[7] end
 redis.call('HSET', key, 'status', status, 'thread_id', T, 'first_put', first_put, 'row', row)
 redis.call('ZADD', P .. 't/' .. T .. '/runs', score, run)
 redis.call('ZADD', P .. 'runs', score, run)
+if current[1] and current[1] ~= status then redis.call('ZREM', P .. 'st/' .. current[1], run) end
+redis.call('ZADD', P .. 'st/' .. status, score, run)
 redis.call('ZREM', P .. 'starts', run)
 if ttl > 0 then
   redis.call('EXPIRE', key, ttl)
@@ -248,7 +291,7 @@ end
 return false
 """
 
-DELETE_RUN_STEP: Final = """
+DELETE_RUN_STEP: Final = _FIXED_KEYS + """
 -- ARGV: prefix, thread_id, run_id, through_seq ('+inf': all), limit. One step of deleting a run
 -- (``delete_by_run``, ``prune``): deletes at most ``limit`` of the run's events with seq <= through_seq
 -- (the oldest) from every index, freeing the run id with its run.start; when no such event is left,
@@ -290,16 +333,51 @@ for key in pairs(emptied) do
   if redis.call('EXISTS', key) == 0 then redis.call('SREM', B .. 'keys', key) end
 end
 for user in pairs(users) do
-  if redis.call('EXISTS', B .. 'u/' .. user .. '/all') == 0 then
+  local U = B .. 'u/' .. user .. '/'
+  replace(P .. 'u/' .. user .. '/recent', U .. 'at', U .. 'all', B, T)
+  if redis.call('EXISTS', U .. 'all') == 0 then
     redis.call('ZREM', P .. 'u/' .. user .. '/threads', T)
     redis.call('SREM', B .. 'users', user)
+    redis.call('SREM', B .. 'keys', U .. 'at')
   end
 end
+if #seqs > 0 then replace(P .. 'recent', B .. 'at', B .. 'all', B, T) end
 if redis.call('EXISTS', B .. 'all') == 0 then redis.call('ZREM', P .. 'threads', T) end
-if #seqs < limit and redis.call('HGET', P .. 'run/' .. run, 'thread_id') == T then
+local owner, status = unpack(redis.call('HMGET', P .. 'run/' .. run, 'thread_id', 'status'))
+if #seqs < limit and owner == T then
   redis.call('UNLINK', P .. 'run/' .. run)
   redis.call('ZREM', P .. 'runs', run)
   redis.call('ZREM', B .. 'runs', run)
+  redis.call('ZREM', P .. 'st/' .. status, run)
 end
 return #seqs
+"""
+
+PLACE_THREAD: Final = _FIXED_KEYS + """
+-- ARGV: prefix, thread_id. The upgrade of a store written before the activity order: the thread and
+-- each of its users take their place in it (from the newest event), unless a writer placed them.
+local P, T = ARGV[1], ARGV[2]
+local B = P .. 't/' .. T .. '/'
+if redis.call('EXISTS', B .. 'at') == 0 then replace(P .. 'recent', B .. 'at', B .. 'all', B, T) end
+for _, user in ipairs(redis.call('SMEMBERS', B .. 'users')) do
+  local U = B .. 'u/' .. user .. '/'
+  if redis.call('EXISTS', U .. 'at') == 0 then
+    replace(P .. 'u/' .. user .. '/recent', U .. 'at', U .. 'all', B, T)
+    redis.call('SADD', B .. 'keys', U .. 'at')
+  end
+end
+return 1
+"""
+
+INDEX_RUN_STATUSES: Final = """
+-- ARGV: prefix, then run ids. The upgrade of a prefix written before the status index: each run of
+-- ``P runs`` joins ``P st/<status>`` with its score there.
+local P = ARGV[1]
+for i = 2, #ARGV do
+  local run = ARGV[i]
+  local status = redis.call('HGET', P .. 'run/' .. run, 'status')
+  local score = redis.call('ZSCORE', P .. 'runs', run)
+  if status and score then redis.call('ZADD', P .. 'st/' .. status, score, run) end
+end
+return 1
 """

@@ -10,6 +10,10 @@ A run row is a hash ``<prefix>run/<run_id>`` written by one script (``scripts.PU
 checks the owning thread and the status guard and keeps two sorted indexes (all runs, and the
 thread's runs) scored by start time; rows past their retention TTL leave the indexes lazily.
 
+Connections: a store built by ``from_url`` holds a blocking pool of ``max_connections`` (a call
+waits up to ``connection_wait`` seconds for a free one); followers subscribe on a pool of their own,
+so a tail never takes a writer's connection.
+
 Retention (optional): ``retention=RedisRetention(ttl_seconds=N)`` (or ``?ttl_seconds=N`` in the URL)
 gives every key of a thread a time to live that each append refreshes, so a thread untouched for N
 seconds disappears with its run rows. The refresh costs one EXPIRE per index key of the thread.
@@ -24,7 +28,7 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
@@ -37,13 +41,17 @@ from run_journal.stores.base import (
     RUN_START,
     EventQuery,
     IncompatibleStoreError,
+    RecentThreadQuery,
     RunEventStore,
     RunIdTakenError,
     RunQuery,
     StartQuery,
+    ThreadActivity,
     ThreadQuery,
     Waiter,
+    after_error,
     metadata_task_id,
+    stamp,
 )
 from run_journal.stores.redis import scripts
 from run_journal.stores.redis.records import (
@@ -58,6 +66,12 @@ from run_journal.stores.redis.records import (
 )
 
 DEFAULT_PREFIX: Final = "run_journal:"
+MAX_CONNECTIONS: Final = 10
+"""Connections of a store's pool by default (a blocking pool: a call waits for a free one)."""
+CONNECTION_WAIT: Final = 30.0
+LAYOUT_VERSION: Final = 3
+"""The key layout of a prefix (``P layout``): 2 added the activity order (``P recent``), 3 the runs
+by status (``P st/<status>``)."""
 FOLLOW_FALLBACK_SECONDS: Final = 5.0
 """A follower re-reads at least this often even without a notification (a lost publish, a restart)."""
 
@@ -94,6 +108,7 @@ class RedisRunEventStore(RunEventStore):
             retention = RedisRetention(**retention)
         self._retention = retention or RedisRetention()
         self._owns_client = owns_client
+        self._subscriber: aioredis.Redis | None = None
         self._closing = asyncio.Event()
         self._register_scripts(flags=True)
 
@@ -111,10 +126,14 @@ class RedisRunEventStore(RunEventStore):
         self._page_script = register(header("#!lua flags=no-writes") + scripts.PAGE)
         self._delete_thread_script = register(header("#!lua flags=allow-oom") + scripts.DELETE_THREAD)
         self._delete_run_script = register(header("#!lua flags=allow-oom") + scripts.DELETE_RUN_STEP)
+        self._place_thread_script = register(header("#!lua") + scripts.PLACE_THREAD)
+        self._index_statuses_script = register(header("#!lua") + scripts.INDEX_RUN_STATUSES)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisRunEventStore:
-        """``redis://host:port/db?prefix=app:&ttl_seconds=86400``; other parameters go to redis-py."""
+        """``redis://host:port/db?prefix=app:&ttl_seconds=86400``; other parameters go to redis-py.
+        Options: ``max_connections`` (the store's pool; default 10) and ``connection_wait`` (seconds
+        a call waits for a free connection of it; default 30), and the constructor's."""
         parts = urlsplit(url)
         query = parse_qsl(parts.query, keep_blank_values=True)
         ours = {key: value for key, value in query if key in {"prefix", "ttl_seconds"}}
@@ -123,12 +142,27 @@ class RedisRunEventStore(RunEventStore):
             options.setdefault("prefix", ours["prefix"])
         if "ttl_seconds" in ours:
             options.setdefault("retention", RedisRetention(ttl_seconds=int(ours["ttl_seconds"])))
-        client = aioredis.Redis.from_url(urlunsplit(parts._replace(query=rest)))
-        return cls(client, owns_client=True, **options)
+        max_connections = int(options.pop("max_connections", MAX_CONNECTIONS))
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, got {max_connections}")
+        wait = float(options.pop("connection_wait", CONNECTION_WAIT))
+        pool = aioredis.BlockingConnectionPool.from_url(
+            urlunsplit(parts._replace(query=rest)), max_connections=max_connections, timeout=wait)
+        return cls(aioredis.Redis.from_pool(pool), owns_client=True, **options)
 
     @property
     def prefix(self) -> str:
         return self._prefix
+
+    @property
+    def location(self) -> str:
+        """``redis://host:port/db?prefix=...`` (or ``unix://path?db=...&prefix=...``) of the server
+        and key prefix the store uses."""
+        options = self._client.connection_pool.connection_kwargs
+        if "path" in options:
+            return f"unix://{options['path']}?db={options.get('db', 0)}&prefix={self._prefix}"
+        return f"redis://{options.get('host', 'localhost')}:{options.get('port', 6379)}/" \
+               f"{options.get('db', 0)}?prefix={self._prefix}"
 
     def _thread_key(self, thread_id: str, suffix: str) -> str:
         return f"{self._prefix}t/{thread_id}/{suffix}"
@@ -140,18 +174,57 @@ class RedisRunEventStore(RunEventStore):
         if int(str(server.get("redis_version", "7")).split(".", 1)[0]) < 7:
             self._register_scripts(flags=False)
         key = self._prefix + "contract"
-        await self._client.set(key, CONTRACT_VERSION, nx=True)
+        fresh = bool(await self._client.set(key, CONTRACT_VERSION, nx=True))
         stored = text(await self._client.get(key) or CONTRACT_VERSION)
         if stored.split(".", 1)[0] != str(CONTRACT_MAJOR):
             raise IncompatibleStoreError(
                 f"Redis prefix {self._prefix!r} holds contract {stored}; "
                 f"this library reads {CONTRACT_MAJOR}.x"
             )
+        layout = self._prefix + "layout"
+        version = LAYOUT_VERSION if fresh else int(await self._client.get(layout) or 1)
+        if version < 2:
+            await self._place_every_thread()
+        if version < 3:
+            await self._index_every_run_status()
+        if version < LAYOUT_VERSION or fresh:
+            await self._client.set(layout, LAYOUT_VERSION)
+
+    async def _index_every_run_status(self) -> None:
+        """The upgrade of a prefix written before the status index (layout 2): every run joins the
+        sorted set of its status. Idempotent, like ``_place_every_thread``."""
+        start = 0
+        while run_ids := [text(run_id) for run_id in cast(list[bytes | str], await self._client.zrange(
+                self._prefix + "runs", start, start + 499))]:  # members only: no scores
+            await self._index_statuses_script(args=[self._prefix, *run_ids])
+            start += len(run_ids)
+
+    async def _place_every_thread(self) -> None:
+        """The upgrade of a prefix written before the activity order (layout 1): every thread takes
+        its place in ``P recent`` (and per user), from its newest event. Idempotent, so processes
+        setting up at once may each do it; threads written meanwhile are placed by their writers."""
+        start = "-"
+        while names := [text(name) for name in await self._client.zrangebylex(
+                self._prefix + "threads", start, "+", start=0, num=500)]:
+            await run_scripts(self._client, [(self._place_thread_script, [], [self._prefix, name])
+                                             for name in names])
+            start = "(" + names[-1]
 
     async def _release(self) -> None:
         self._closing.set()
+        if self._subscriber is not None:
+            await self._subscriber.aclose()
         if self._owns_client:
             await self._client.aclose()
+
+    def _subscriptions(self) -> aioredis.Redis:
+        """A client for followers' subscriptions, on a pool of its own: a follower holds its
+        connection while it follows, which must never take one from the store's bounded pool."""
+        if self._subscriber is None:
+            pool = self._client.connection_pool
+            self._subscriber = aioredis.Redis.from_pool(
+                aioredis.ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs))
+        return self._subscriber
 
     # -- writes ----------------------------------------------------------------------------------
     async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
@@ -184,7 +257,7 @@ class RedisRunEventStore(RunEventStore):
                     event.event_id, event.run_id, event.event_type,
                     "1" if event.category == "message" else "0",
                     task_key(task_id) if task_id is not None else "",
-                    event.user_id or "", encode(event),
+                    event.user_id or "", encode(event), stamp(event.created_at),
                 ]
             calls.append((self._append_script, [], args))
         if mode == "append" and len(calls) > 1 and any(e.event_type == RUN_START for e in batch):
@@ -311,6 +384,34 @@ class RedisRunEventStore(RunEventStore):
             start = "(" + batch[-1]
         return threads
 
+    async def _select_recent_threads(self, query: RecentThreadQuery) -> list[ThreadActivity]:
+        """A reverse lexical range of ``P recent`` (or the user's); a member whose thread no longer
+        holds it (its keys expired) leaves the set lazily."""
+        if query.user_id is None:
+            index, at_key = self._prefix + "recent", "at"
+        else:
+            index, at_key = f"{self._prefix}u/{query.user_id}/recent", f"u/{query.user_id}/at"
+        found: list[ThreadActivity] = []
+        high = "+" if query.before is None else "(" + "/".join(query.before)
+        while len(found) < query.limit:
+            members = [text(member) for member in await self._client.zrevrangebylex(
+                index, high, "-", start=0, num=query.limit - len(found))]
+            if not members:
+                break
+            places = [member.partition("/") for member in members]
+            async with self._client.pipeline(transaction=False) as pipe:
+                for _, _, thread_id in places:
+                    pipe.get(self._thread_key(thread_id, at_key))
+                current = [text(value) if value is not None else None for value in await pipe.execute()]
+            stale = [member for member, now in zip(members, current, strict=True) if now != member]
+            if stale:
+                await self._client.zrem(index, *stale)
+            found += [ThreadActivity(thread_id, datetime.fromisoformat(moment))
+                      for (moment, _, thread_id), member, now in zip(places, members, current, strict=True)
+                      if now == member]
+            high = "(" + members[-1]
+        return found
+
     async def _last_seq(self, thread_id: str) -> int:
         value = await self._client.get(self._thread_key(thread_id, "seq"))
         return int(value) if value is not None else 0
@@ -323,20 +424,28 @@ class RedisRunEventStore(RunEventStore):
         """Subscribed to the thread's channel before the first read, so no write falls between the
         two; a wait ends at a publish, the store closing, or ``FOLLOW_FALLBACK_SECONDS``, and drains
         what else arrived meanwhile (one read covers every notification already here)."""
-        pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+        pubsub = self._subscriptions().pubsub(ignore_subscribe_messages=True)
         try:
             await pubsub.subscribe(self._thread_key(thread_id, "new"))
 
-            async def notified() -> None:
+            latest = 0  # the highest seq published for the thread since the subscription
+
+            def learn(message: Mapping[str, Any] | None) -> bool:
+                nonlocal latest
+                if message is None:  # also a (skipped) subscribe confirmation
+                    return False
+                with contextlib.suppress(TypeError, ValueError):
+                    latest = max(latest, int(message["data"]))
+                return True
+
+            async def notified(after_seq: int) -> None:
                 clock = asyncio.get_running_loop().time
                 deadline = clock() + FOLLOW_FALLBACK_SECONDS
-                while (left := deadline - clock()) > 0:
-                    # None also stands for a (skipped) subscribe confirmation: keep waiting
-                    if await pubsub.get_message(ignore_subscribe_messages=True, timeout=left) is not None:
-                        return
+                while latest <= after_seq and (left := deadline - clock()) > 0:
+                    learn(await pubsub.get_message(ignore_subscribe_messages=True, timeout=left))
 
-            async def wait(after_seq: int) -> None:
-                message = asyncio.ensure_future(notified())
+            async def wait(after_seq: int) -> int | None:
+                message = asyncio.ensure_future(notified(after_seq))
                 stopping = asyncio.ensure_future(self._closing.wait())
                 try:
                     await asyncio.wait({message, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -344,9 +453,10 @@ class RedisRunEventStore(RunEventStore):
                     for task in (message, stopping):
                         task.cancel()
                     await asyncio.gather(message, stopping, return_exceptions=True)
-                while not self._closed and await pubsub.get_message(ignore_subscribe_messages=True,
-                                                                     timeout=0):
+                while not self._closed and learn(await pubsub.get_message(ignore_subscribe_messages=True,
+                                                                           timeout=0)):
                     pass
+                return latest if latest > after_seq and not self._closed else None
 
             yield wait
         finally:
@@ -358,20 +468,74 @@ class RedisRunEventStore(RunEventStore):
         return RunRow.from_dict(json.loads(stored)) if stored is not None else None
 
     async def _select_runs(self, query: RunQuery) -> list[RunRow]:
-        if query.thread_id is None:
-            index = self._prefix + "runs"
-        else:
-            index = self._thread_key(query.thread_id, "runs")
-        run_ids = [text(run_id) for run_id in await self._client.zrange(index, 0, -1)]  # type: ignore[arg-type]  # plain zrange gives members only
+        """A range of ``B runs`` (or ``P runs``) by rank, from the cursor's rank, in chunks until the
+        filters have kept ``limit`` rows; rows past their retention TTL leave the index lazily."""
+        if query.thread_id is None and query.statuses is not None:
+            return await self._select_runs_by_status(query)
+        index = self._runs_index(query)
+        start = 0
+        if query.after is not None:
+            rank = await (self._client.zrevrank if query.newest_first else self._client.zrank)(
+                index, query.after)
+            if not isinstance(rank, int) or not await self._client.exists(f"{self._prefix}run/{query.after}"):
+                raise after_error(query.after)
+            start = rank + 1
+        filtered = query.statuses is not None or query.user_id is not None
+        chunk = 1000 if query.limit is None else min(query.limit * (2 if filtered else 1), 1000)
+        found: list[RunRow] = []
+        while query.limit is None or len(found) < query.limit:
+            members = cast(list[bytes | str], await self._client.zrange(  # members only: no scores
+                index, start, start + chunk - 1, desc=query.newest_first))
+            run_ids = [text(run_id) for run_id in members]
+            if not run_ids:
+                break
+            async with self._client.pipeline(transaction=False) as pipe:
+                for run_id in run_ids:
+                    pipe.hget(f"{self._prefix}run/{run_id}", "row")
+                rows = await pipe.execute()
+            expired = [run_id for run_id, row in zip(run_ids, rows, strict=True) if row is None]
+            if expired:
+                await self._client.zrem(index, *expired)
+            for row in (RunRow.from_dict(json.loads(raw)) for raw in rows if raw is not None):
+                if query.admits(row.thread_id, row.status, row.user_id):
+                    found.append(row)
+            start += len(run_ids) - len(expired)
+            if len(run_ids) < chunk:
+                break
+            chunk = min(chunk * 2, 1000)  # the filters keep few: read further at once
+        return found if query.limit is None else found[: query.limit]
+
+    async def _select_runs_by_status(self, query: RunQuery) -> list[RunRow]:
+        """Runs of some statuses in every thread (what reconcile reads): the sorted sets of those
+        statuses merged in list order, so only runs of those statuses are read."""
+        scored: list[tuple[float, str]] = []
+        for status in query.statuses or ():
+            members = cast(list[tuple[bytes | str, float]], await self._client.zrange(
+                f"{self._prefix}st/{status}", 0, -1, withscores=True))
+            scored += [(float(score), text(run_id)) for run_id, score in members]
+        scored.sort(reverse=query.newest_first)
+        if query.after is not None:
+            score = await self._client.zscore(self._prefix + "runs", query.after)
+            if score is None or not await self._client.exists(f"{self._prefix}run/{query.after}"):
+                raise after_error(query.after)
+            key = (float(score), query.after)
+            scored = [item for item in scored if (item < key if query.newest_first else item > key)]
+        run_ids = [run_id for _, run_id in scored]
         async with self._client.pipeline(transaction=False) as pipe:
             for run_id in run_ids:
                 pipe.hget(f"{self._prefix}run/{run_id}", "row")
             rows = await pipe.execute()
-        expired = [run_id for run_id, row in zip(run_ids, rows, strict=True) if row is None]
-        if expired:  # rows that outlived their retention TTL leave the index lazily
-            await self._client.zrem(index, *expired)
-        found = [RunRow.from_dict(json.loads(row)) for row in rows if row is not None]
-        return [row for row in found if query.statuses is None or row.status in query.statuses]
+        found = [row for row in (RunRow.from_dict(json.loads(raw)) for raw in rows if raw is not None)
+                 if query.admits(row.thread_id, row.status, row.user_id)]
+        return found if query.limit is None else found[: query.limit]
+
+    async def _count_runs(self, query: RunQuery) -> int:
+        if query.statuses is None and query.user_id is None and self._retention.ttl_seconds is None:
+            return int(await self._client.zcard(self._runs_index(query)))
+        return len(await self._select_runs(query))
+
+    def _runs_index(self, query: RunQuery) -> str:
+        return self._prefix + "runs" if query.thread_id is None else self._thread_key(query.thread_id, "runs")
 
     # -- deletes ---------------------------------------------------------------------------------
     async def _delete_thread(self, thread_id: str) -> int:
