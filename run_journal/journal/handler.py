@@ -28,6 +28,7 @@ from langchain_core.outputs import LLMResult
 
 from run_journal.envelope import NewEvent, new_event_id, validate_id
 from run_journal.journal import payloads as p
+from run_journal.journal.current import note_model_call
 from run_journal.journal.exports import RunExporter, RunExports
 from run_journal.journal.recorder import RunRecorder
 from run_journal.journal.resume import ResumeStart
@@ -327,15 +328,26 @@ class RunJournal(BaseCallbackHandler):
                             **kwargs: Any) -> bool:
         prompt = messages[0] if messages else []
         params = kwargs.get("invocation_params")
-        return self._callback(self._recorder.model_start, run_id, parent_run_id, "chat_model", prompt, tags,
+        full = self._callback(self._recorder.model_start, run_id, parent_run_id, "chat_model", prompt, tags,
                               metadata, params)
+        self._note_caller(run_id)
+        return full
 
     def on_llm_start(self, serialized: dict[str, Any] | None, prompts: list[str], *, run_id: uuid.UUID,
                      parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
                      metadata: dict[str, Any] | None = None, **kwargs: Any) -> bool:
         params = kwargs.get("invocation_params")
-        return self._callback(self._recorder.model_start, run_id, parent_run_id, "llm", prompts, tags,
+        full = self._callback(self._recorder.model_start, run_id, parent_run_id, "llm", prompts, tags,
                               metadata, params)
+        self._note_caller(run_id)
+        return full
+
+    def _note_caller(self, run_id: uuid.UUID) -> None:
+        """Tell code running inside the model call whose call it is (``journal.current``)."""
+        with self._lock:
+            call = self._recorder.state.llm_calls.get(run_id)
+        if call is not None:
+            note_model_call(run_id, call.caller)
 
     def on_llm_new_token(self, token: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
         self._callback(self._recorder.new_token, run_id)  # queues nothing: never waits
