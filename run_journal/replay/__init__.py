@@ -18,6 +18,7 @@ from run_journal.replay.divergence import CallDivergence, ReplayDivergence, Requ
 from run_journal.replay.model import RecordedChatModel
 from run_journal.replay.recorded import RecordedCall, RecordedRequest
 from run_journal.replay.replies import RecordedModelError
+from run_journal.replay.running import ReplayedRun, ReplayResult, recorded_input, replay_run
 
 __all__ = [
     "CallDivergence",
@@ -26,5 +27,9 @@ __all__ = [
     "RecordedModelError",
     "RecordedRequest",
     "ReplayDivergence",
+    "ReplayResult",
+    "ReplayedRun",
     "RequestDifference",
+    "recorded_input",
+    "replay_run",
 ]
