@@ -27,6 +27,7 @@ from run_journal.cli.maintenance import cmd_copy, cmd_export, cmd_reconcile, cmd
 from run_journal.cli.otlp import add_otlp_arguments
 from run_journal.cli.prune import add_prune_command
 from run_journal.cli.reading import cmd_events, cmd_runs, cmd_show, cmd_tail, cmd_threads, cmd_usage
+from run_journal.cli.replay import add_replay_command
 from run_journal.cli.reprice import add_reprice_command
 from run_journal.cli.serve import add_serve_command
 from run_journal.stores.base import StoreError
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_prune_command(sub)
     add_check_command(sub)
     add_diff_command(sub)
+    add_replay_command(sub)
     return parser
 
 
