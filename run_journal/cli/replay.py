@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any, TextIO
 
 from run_journal.cli.common import CliError, emit, emit_json, require_thread, resolve_run
@@ -54,14 +57,18 @@ def add_replay_command(sub: Any) -> None:
 
 
 def load_factory(spec: str) -> Any:
-    """``package.module:function`` imported (the current directory first on the path, as ``python -m``)."""
-    module_name, colon, attribute = spec.partition(":")
+    """``package.module:function`` imported (the current directory first on the path, as ``python -m``
+    does), or ``path/to/file.py:function`` loaded from that file."""
+    module_name, colon, attribute = spec.rpartition(":")
     if not colon or not module_name or not attribute:
         raise CliError(f"--graph takes MODULE:FACTORY (e.g. myapp.agent:build), got {spec!r}", code=USAGE)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        if module_name.endswith(".py"):
+            module = _module_at(module_name)
+        else:
+            module = importlib.import_module(module_name)
     except Exception as error:
         raise CliError(f"--graph: cannot import {module_name}: {type(error).__name__}: {error}",
                        code=USAGE) from error
@@ -73,6 +80,19 @@ def load_factory(spec: str) -> Any:
     if not callable(factory):
         raise CliError(f"--graph: {spec} is not a function", code=USAGE)
     return factory
+
+
+def _module_at(path: str) -> ModuleType:
+    location = Path(path)
+    if not location.is_file():
+        raise FileNotFoundError(f"no file {location.absolute()}")
+    spec = importlib.util.spec_from_file_location(location.stem, location)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(location.stem, module)
+    spec.loader.exec_module(module)
+    return module
 
 
 async def cmd_replay(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:

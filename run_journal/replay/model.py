@@ -20,7 +20,7 @@ from pydantic import BaseModel, PrivateAttr
 from run_journal.redact import Redactor, resolve_redactor
 from run_journal.replay.callers import CallStart, CallStarts, caller_of, started_call
 from run_journal.replay.divergence import CallDivergence
-from run_journal.replay.matching import CallBook, Match
+from run_journal.replay.matching import MATCHES, CallBook, Match
 from run_journal.replay.recorded import RecordedCall, read_recorded_calls
 from run_journal.replay.replies import chat_result, chunks, recorded_error
 from run_journal.replay.requests import incoming_request
@@ -48,6 +48,8 @@ class RecordedChatModel(BaseChatModel):
 
     def __init__(self, calls: Sequence[RecordedCall], *, match: Match = "request", strict: bool = True,
                  redact: Redactor | bool | None = None, **kwargs: Any) -> None:
+        if match not in MATCHES:
+            raise ValueError(f"match must be 'request' or 'order', got {match!r}")
         super().__init__(match=match, strict=strict, **kwargs)  # type: ignore[call-arg]  # pydantic fields
         self._book = CallBook(calls, match=match, strict=strict)
         self._redact = resolve_redactor(redact)

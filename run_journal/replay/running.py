@@ -35,7 +35,7 @@ from run_journal.replay.divergence import CallDivergence
 from run_journal.replay.matching import Match
 from run_journal.replay.model import RecordedChatModel
 from run_journal.replay.recorded import RecordedCall
-from run_journal.runs import RunRow
+from run_journal.runs import RunRow, UsageTotals
 from run_journal.stores.base import RunEventStore
 from run_journal.stores.memory import MemoryRunEventStore
 from run_journal.trajectory import RunComparison, Trajectory, compare_runs, read_trajectory
@@ -60,12 +60,13 @@ class ReplayedRun:
 
     @property
     def same_usage(self) -> bool:
-        """The same tokens and cost in total, per caller and per model."""
+        """The same model calls and tokens in total, per caller and per model. Costs are left out:
+        they come from the price table each journal was given (pass the recording's ``pricing`` to
+        compare them too)."""
         a, b = self.recorded_row, self.replayed_row
         if a is None or b is None:
             return a is b
-        return (a.usage, dict(a.usage_by_caller), dict(a.usage_by_model)) == (
-            b.usage, dict(b.usage_by_caller), dict(b.usage_by_model))
+        return _tokens(a) == _tokens(b)
 
     @property
     def same(self) -> bool:
@@ -259,6 +260,14 @@ async def _first(events: AsyncIterator[RunEvent]) -> RunEvent | None:
     async for event in events:
         return event
     return None
+
+
+def _tokens(row: RunRow) -> tuple[Any, ...]:
+    def counted(totals: UsageTotals) -> UsageTotals:
+        return dataclasses.replace(totals, cost_usd=None)
+
+    return (counted(row.usage), {caller: counted(t) for caller, t in row.usage_by_caller.items()},
+            {model: counted(t) for model, t in row.usage_by_model.items()})
 
 
 def _usage_text(run: ReplayedRun) -> str:
