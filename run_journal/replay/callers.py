@@ -25,11 +25,14 @@ from run_journal.journal.payloads import explicit_caller, middleware_node
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CallStart:
-    """What LangChain told the model's own callbacks when a call started."""
+    """What LangChain told the model's callbacks when a call started: the messages and invocation
+    parameters are the ones every callback (the journal's too) was shown."""
 
     run_id: uuid.UUID
     tags: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    messages: tuple[BaseMessage, ...] | None = None
+    params: Mapping[str, Any] | None = None
 
 
 _STARTED: ContextVar[CallStart | None] = ContextVar("run_journal_replay_call", default=None)
@@ -46,7 +49,10 @@ class CallStarts(BaseCallbackHandler):
                             run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
                             tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
                             **kwargs: Any) -> None:
-        _STARTED.set(CallStart(run_id, tuple(tags or ()), dict(metadata or {})))
+        params = kwargs.get("invocation_params")
+        _STARTED.set(CallStart(run_id, tuple(tags or ()), dict(metadata or {}),
+                               tuple(messages[0]) if messages else (),
+                               dict(params) if isinstance(params, Mapping) else None))
 
 
 def started_call() -> CallStart | None:

@@ -7,7 +7,11 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    BaseCallbackManager,
+    CallbackManagerForLLMRun,
+)
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.base import LangSmithParams
 from langchain_core.messages import AIMessage, BaseMessage
@@ -58,8 +62,10 @@ class RecordedChatModel(BaseChatModel):
             raise ValueError("match='request' needs the runs' recorded requests, and none of their "
                              "model calls has one (journaled with record_requests=False, or before "
                              "requests were recorded): use match='order'")
-        if self.callbacks is None:
-            self.callbacks = [CallStarts()]
+        if isinstance(self.callbacks, BaseCallbackManager):
+            self.callbacks.add_handler(CallStarts(), inherit=False)
+        else:
+            self.callbacks = [*(self.callbacks or []), CallStarts()]
 
     @classmethod
     async def from_store(cls, store: RunEventStore, thread_id: str, run_id: str | Sequence[str], *,
@@ -136,7 +142,11 @@ class RecordedChatModel(BaseChatModel):
 
     def _recorded(self, start: CallStart | None, messages: list[BaseMessage], kwargs: dict[str, Any]
                   ) -> RecordedCall:
-        request = incoming_request(messages, kwargs, self._redact) if self._compares else None
+        request = None
+        if self._compares:  # compared as the journal saw the call start, when this model saw it too
+            shown = start.messages if start is not None and start.messages is not None else messages
+            params = start.params if start is not None and start.params is not None else kwargs
+            request = incoming_request(shown, params, self._redact)
         call = self._book.answer(caller_of(start), request)
         if call.failed:
             raise recorded_error(call)
@@ -165,9 +175,11 @@ class RecordedChatModel(BaseChatModel):
 
 def _start_of(run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None
               ) -> CallStart | None:
-    """The call's start: from its run manager, or (a streamed call is not given one) as noted."""
-    if run_manager is None:
-        return started_call()
+    """The call's start as this model's callback noted it (a streamed call is not given its run
+    manager), else from its run manager."""
+    noted = started_call()
+    if run_manager is None or (noted is not None and noted.run_id == run_manager.run_id):
+        return noted
     return CallStart(run_manager.run_id, tuple(run_manager.tags), dict(run_manager.metadata))
 
 
