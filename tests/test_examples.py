@@ -251,3 +251,20 @@ def test_deep_agent_journals_its_subagent_as_a_task(tmp_path: Path) -> None:
         assert "tokens by subagent:researcher: 75" in out
         assert "('llm.ai.response', 'The cheapest direct flight tomorrow costs 420 EUR.')]" in out
         assert "('llm.ai.response', 'Cheapest direct flight: 420 EUR.')" not in out
+
+
+def test_replay_test_replays_the_recorded_run_and_shows_a_changed_tool(tmp_path: Path) -> None:
+    for _ in range(2):  # the second time records and replays a second run of the same thread
+        out = run_example("replay_test.py", tmp_path)
+        assert "replayed: same trajectory and usage; 3 model calls, 1185 tokens, no model called" in out
+        assert "after the policy change:\n  replay of run " in out
+        assert '"refundable" vs "not refundable"' in out or "tool message" in out
+    command = hinted_replay(out)
+    done = subprocess.run([str(BIN / "run-journal"), *shlex.split(command)[1:]], cwd=tmp_path,
+                          env=example_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "same trajectory and usage" in done.stdout
+
+
+def hinted_replay(output: str) -> str:
+    return output.split("replay it from the command line:\n", 1)[1].strip().splitlines()[0]
