@@ -259,6 +259,38 @@ async def test_a_supervisor_with_two_workers_replays_on_one_model(runs: Runs) ->
         "agent:research_expert", "lead_agent"]
 
 
+def two_subagents(lead: Any, researcher: Any, critic: Any) -> Any:
+    from deepagents import create_deep_agent
+
+    return create_deep_agent(model=lead, tools=[search], subagents=[
+        {"name": "researcher", "description": "Finds travel facts.", "system_prompt": "You research travel.",
+         "tools": [search], "model": researcher},
+        {"name": "critic", "description": "Checks claims.", "system_prompt": "You check claims.",
+         "tools": [search], "model": critic}])
+
+
+@module_loop
+async def test_two_subagents_running_at_once_replay_on_one_model(runs: Runs) -> None:
+    tasks = [{"name": "task", "args": {"description": "find flights", "subagent_type": "researcher"},
+              "id": "t1", "type": "tool_call"},
+             {"name": "task", "args": {"description": "check the claim", "subagent_type": "critic"},
+              "id": "t2", "type": "tool_call"}]
+    lead = ToolModel(messages=iter([said("", 5, tool_calls=tasks), said("Both done.", 20)]))
+    researcher = ToolModel(messages=iter([calls("search", "s1", 7, query="flights"),
+                                          said("No direct flight.", 7)]))
+    critic = ToolModel(messages=iter([calls("search", "s2", 8, query="claim"), said("The claim holds.", 8)]))
+    graph = two_subagents(lead, researcher, critic)
+    run_id = await record(runs.store, graph, "parallel", ask("Flights?"))
+    recorded = [event.metadata["caller"] for event in await runs.store.list_events("parallel", run_id)
+                if event.event_type == "llm.ai.response"]
+    assert recorded[1:3] == ["subagent:researcher", "subagent:critic"]  # the two ran at once
+    result = await assert_replays(runs.store, "parallel", run_id,
+                                  lambda model: two_subagents(model, model, model), pricing=PRICING)
+    (run,) = result.runs
+    assert run.replayed is not None
+    assert sorted(task.name or "" for task in run.replayed.subagent_tasks) == ["critic", "researcher"]
+
+
 # -- changed: where it went differently -----------------------------------------------------------------
 @module_loop
 async def test_a_changed_tool_output_shows_at_that_tool(runs: Runs) -> None:
