@@ -33,6 +33,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 
+from run_journal.bodies import Body
 from run_journal.envelope import NewEvent, RunEvent, utc_now
 from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores.base import (
@@ -227,7 +228,9 @@ class RedisRunEventStore(RunEventStore):
         return self._subscriber
 
     # -- writes ----------------------------------------------------------------------------------
-    async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+    async def _append(self, batch: Sequence[NewEvent], bodies: Sequence[Body] = ()) -> list[RunEvent]:
+        if bodies:
+            await self._put_bodies(bodies)  # not yet in the same step
         return [event for event, _ in await self._write(batch, "append")]
 
     async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
