@@ -103,8 +103,8 @@ class ReplayDivergence(Exception):
 
 def request_difference(recorded: RecordedRequest, incoming: RecordedRequest) -> RequestDifference | None:
     """The first difference (see the module docstring), or None when the requests are the same."""
-    return (_messages_difference(recorded.messages, incoming.messages)
-            or _tools_difference(recorded.tools, incoming.tools)
+    tools = None if recorded.tools is None else _tools_difference(recorded.tools, incoming.tools or ())
+    return (_messages_difference(recorded.messages, incoming.messages) or tools
             or _params_difference(recorded.params, incoming.params))
 
 
@@ -116,7 +116,8 @@ def agreement(recorded: RecordedRequest, incoming: RecordedRequest) -> tuple[int
         if a != b:
             break
         same += 1
-    names = {_tool_name(tool) for tool in recorded.tools} & {_tool_name(tool) for tool in incoming.tools}
+    names = {_tool_name(tool) for tool in recorded.tools or ()} & {
+        _tool_name(tool) for tool in incoming.tools or ()}
     offset = 0
     if same < min(len(recorded.messages), len(incoming.messages)):
         found = first_difference("", recorded.messages[same], incoming.messages[same])

@@ -50,7 +50,8 @@ class CallBook:
         for position, call in enumerate(self.calls):
             self._lanes.setdefault(call.caller, []).append(position)
             if call.request is not None:
-                self._by_request.setdefault(request_key(call.request), []).append(position)
+                key = request_key(call.request, tools=call.request.tools is not None)
+                self._by_request.setdefault(key, []).append(position)
         self._used: set[int] = set()
         self._count = 0
         self.answers: list[tuple[int, str, int]] = []
@@ -104,7 +105,9 @@ class CallBook:
         return next((p for p in self._lanes.get(caller, ()) if p not in self._used), None)
 
     def _requested(self, caller: str, request: RecordedRequest) -> int | None:
-        free = [p for p in self._by_request.get(request_key(request), ()) if p not in self._used]
+        found = [*self._by_request.get(request_key(request, tools=True), ()),
+                 *self._by_request.get(request_key(request, tools=False), ())]
+        free = sorted(p for p in found if p not in self._used)
         same_caller = [p for p in free if self.calls[p].caller == caller]
         chosen = same_caller or free
         return chosen[0] if chosen else None
@@ -135,10 +138,12 @@ class CallBook:
         return CallDivergence(number, caller, reason)
 
 
-def request_key(request: RecordedRequest) -> str:
+def request_key(request: RecordedRequest, *, tools: bool) -> str:
     """Equal requests, equal keys: the JSON of the compared parts, keys sorted (a store may keep a
-    mapping's keys in an order of its own), tools by name."""
-    return _sorted_json([list(request.messages), _tools(request.tools), _params(request)])
+    mapping's keys in an order of its own), tools by name (left out: ``tools=False``, for a recorded
+    request whose tools are not known)."""
+    offered = _tools(request.tools or ()) if tools else "-"
+    return _sorted_json([list(request.messages), offered, _params(request)])
 
 
 def _tools(tools: Sequence[object]) -> list[object]:

@@ -22,11 +22,13 @@ CALL_EVENTS: Final = ("llm.ai.response", "llm.error", "ai_message")
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RecordedRequest:
-    """What a recorded model call was sent: its messages (LangChain-convertible dicts), the tools
-    offered (each ``{"name", "description", "parameters"}``) and the call's parameters."""
+    """What a model call was sent, in the form a replay compares: its messages (LangChain message
+    dicts without what a provider is not sent back: ids, response and usage metadata), the tools
+    offered (each ``{"name", "description", "parameters"}``; None when the call's model did not
+    report any, then they are not compared) and the call's parameters."""
 
     messages: tuple[JsonObject, ...]
-    tools: tuple[JsonObject, ...] = ()
+    tools: tuple[JsonObject, ...] | None = None
     params: JsonObject = dataclasses.field(default_factory=dict)
 
 

@@ -1,4 +1,4 @@
-"""An incoming model call's request, shaped as the journal records requests, so the two compare."""
+"""Requests in the form a replay compares them: the recorded one, and the one a replayed call brings."""
 
 from __future__ import annotations
 
@@ -6,33 +6,58 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from langchain_core.messages import BaseMessage
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from run_journal.envelope import JsonObject
 from run_journal.journal.payloads import message_payload
-from run_journal.redact import Redactor
+from run_journal.normalization import encode, loads
+from run_journal.redact import Redactor, redacted_text
 from run_journal.replay.recorded import RecordedRequest
 
 CALL_ONLY_KWARGS: Final = frozenset({"tools", "ls_structured_output_format", "stream"})
 """Keyword arguments of a call that are not its parameters (``tools`` has a part of its own)."""
 
 
-def incoming_request(messages: Sequence[BaseMessage], kwargs: Mapping[str, Any], redact: Redactor
-                     ) -> RecordedRequest:
-    """The request of a call the replay model received: its messages as the journal stores them
-    (without their ids: LangChain gives replies new ones), the tools bound to it and its parameters."""
+NOT_SENT: Final = frozenset({"id", "response_metadata", "usage_metadata"})
+"""Fields of a stored message that are not part of what a model is sent: ids (LangChain gives each
+replayed message its own), and what a provider reported about a reply it made."""
+
+
+def shaped_request(messages: Sequence[Any], tools: Any, params: Mapping[str, Any]) -> RecordedRequest:
+    """A request in the form both sides are compared in (see ``RecordedRequest``)."""
     shaped: list[JsonObject] = []
     for message in messages:
-        value = message_payload(message, redact).value
-        if isinstance(value, dict):
-            value = {key: item for key, item in value.items() if key != "id"}
-        shaped.append(value if isinstance(value, dict) else {"content": value})
-    tools = tuple(tool_schema(tool) for tool in kwargs.get("tools") or ())
-    params: JsonObject = {key: value for key, value in kwargs.items() if key not in CALL_ONLY_KWARGS}
-    return RecordedRequest(tuple(shaped), tools, params)
+        if isinstance(message, Mapping):
+            shaped.append({str(key): value for key, value in message.items() if key not in NOT_SENT})
+        else:
+            shaped.append({"content": message})
+    offered = None
+    if isinstance(tools, list | tuple) and tools:
+        offered = tuple(tool_schema(tool) for tool in tools)
+    kept: JsonObject = {key: value for key, value in params.items() if key not in CALL_ONLY_KWARGS}
+    return RecordedRequest(tuple(shaped), offered, kept)
+
+
+def incoming_request(messages: Sequence[BaseMessage], params: Mapping[str, Any], redact: Redactor
+                     ) -> RecordedRequest:
+    """The request of a call the replay model received, shaped as the journal stores requests (each
+    message's payload, the tools in OpenAI's format, both redacted) and then as compared."""
+    payloads = [message_payload(message, redact).value for message in messages]
+    tools = params.get("tools")
+    if isinstance(tools, list | tuple) and tools:
+        tools = loads(redacted_text(encode([_openai_tool(tool) for tool in tools]), redact))
+    return shaped_request(payloads, tools, params)
+
+
+def _openai_tool(tool: Any) -> Any:
+    try:
+        return convert_to_openai_tool(tool)
+    except Exception:  # noqa: BLE001 - a provider's own tool shape is compared as it is
+        return tool
 
 
 def tool_schema(tool: Any) -> JsonObject:
-    """``{"name", "description", "parameters"}`` of a tool bound to the model (OpenAI's shape)."""
+    """``{"name", "description", "parameters"}`` of a tool in OpenAI's format (or a bare function)."""
     function = tool.get("function") if isinstance(tool, Mapping) else None
     source = function if isinstance(function, Mapping) else tool if isinstance(tool, Mapping) else {}
     return {"name": source.get("name"), "description": source.get("description", ""),
