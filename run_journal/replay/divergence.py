@@ -22,6 +22,8 @@ from run_journal.trajectory.steps import value_text
 COMPARED_PARAMS: Final = ("tool_choice",)
 """Request parameters the agent's code chooses, compared between the recording and the replay (the
 recorded model's own settings, its name and temperature, belong to the model the replay stands in for)."""
+OFFERED: Final = "offered"
+NOT_OFFERED: Final = "not offered"
 ROLES: Final = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 
 
@@ -42,6 +44,9 @@ class RequestDifference:
     offset: int | None = None
 
     def describe(self) -> str:
+        if self.part == "tools" and not self.field:
+            return (f"{self.where} was offered in the recording, not now" if self.recorded == OFFERED else
+                    f"{self.where} is offered now, not in the recording")
         at = f" at character {self.offset}" if self.offset is not None else ""
         field = f" {self.field}" if self.field else ""
         return f"{self.where}{field} differs{at}: recorded {self.recorded}, now {self.incoming}"
@@ -148,10 +153,10 @@ def _tools_difference(recorded: Sequence[JsonObject], incoming: Sequence[JsonObj
     now = {_tool_name(tool): tool for tool in incoming}
     for name in before:
         if name not in now:
-            return RequestDifference("tools", f"tool {name!r}", "", "offered", "not offered")
+            return RequestDifference("tools", f"tool {name!r}", "", OFFERED, NOT_OFFERED)
     for name in now:
         if name not in before:
-            return RequestDifference("tools", f"tool {name!r}", "", "not offered", "offered")
+            return RequestDifference("tools", f"tool {name!r}", "", NOT_OFFERED, OFFERED)
     for name, tool in before.items():
         found = first_difference("", tool, now[name])
         if found is not None:

@@ -21,21 +21,33 @@ CALL_ONLY_KWARGS: Final = frozenset({"tools", "ls_structured_output_format", "st
 NOT_SENT: Final = frozenset({"id", "response_metadata", "usage_metadata"})
 """Fields of a stored message that are not part of what a model is sent: ids (LangChain gives each
 replayed message its own), and what a provider reported about a reply it made."""
+CALL_IDS: Final = ("tool_calls", "invalid_tool_calls")
+"""Lists of tool calls whose ids are left out (with a tool message's ``tool_call_id``): code that
+writes tool calls itself (a supervisor handing the turn back) makes new ids on every run."""
 
 
 def shaped_request(messages: Sequence[Any], tools: Any, params: Mapping[str, Any]) -> RecordedRequest:
     """A request in the form both sides are compared in (see ``RecordedRequest``)."""
     shaped: list[JsonObject] = []
     for message in messages:
-        if isinstance(message, Mapping):
-            shaped.append({str(key): value for key, value in message.items() if key not in NOT_SENT})
-        else:
-            shaped.append({"content": message})
+        shaped.append(_compared(message) if isinstance(message, Mapping) else {"content": message})
     offered = None
     if isinstance(tools, list | tuple) and tools:
         offered = tuple(tool_schema(tool) for tool in tools)
     kept: JsonObject = {key: value for key, value in params.items() if key not in CALL_ONLY_KWARGS}
     return RecordedRequest(tuple(shaped), offered, kept)
+
+
+def _compared(message: Mapping[str, Any]) -> JsonObject:
+    kept: JsonObject = {}
+    for key, value in message.items():
+        if key in NOT_SENT or key == "tool_call_id":
+            continue
+        if key in CALL_IDS and isinstance(value, list):
+            value = [{k: v for k, v in call.items() if k != "id"} if isinstance(call, Mapping) else call
+                     for call in value]
+        kept[str(key)] = value
+    return kept
 
 
 def incoming_request(messages: Sequence[BaseMessage], params: Mapping[str, Any], redact: Redactor

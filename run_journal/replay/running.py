@@ -112,7 +112,7 @@ class ReplayResult:
         for run in self.runs:
             if run.comparison is not None and not run.comparison.same:
                 lines.append(f"run {run.recorded.run_id}: {run.comparison.summary}")
-            if run.comparison is not None and not run.same_usage:
+            if run.comparison is not None and not run.same_usage and self.error is None:
                 lines.append(f"run {run.recorded.run_id}: usage differs: " + _usage_text(run))
         if self.unused_calls and not self.divergences:
             first = self.unused_calls[0]
