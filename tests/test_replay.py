@@ -358,6 +358,10 @@ async def test_one_model_answers_each_caller_in_its_order_without_a_journal(runs
     assert callers == ["lead_agent", "subagent:researcher", "subagent:researcher", "lead_agent"]
     assert model.unused_calls == ()
     assert model.divergences == []
+    model = await RecordedChatModel.from_store(runs.store, "supervised", runs.supervised, match="order")
+    await supervisor_graph(model).ainvoke(ask("go"))
+    assert model.unused_calls == ()
+    assert model.divergences == []
 
 
 @module_loop
