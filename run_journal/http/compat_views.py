@@ -392,7 +392,7 @@ async def workspace_changes(
         return copy.deepcopy(NO_WORKSPACE_CHANGES)
     limits = payload.get("limits") if isinstance(payload.get("limits"), dict) else {}
     assert isinstance(limits, dict)
-    text_cap = limits.get("max_text_bytes")
+    text_cap = limits.get("max_file_bytes")
     entries = payload.get("files") if isinstance(payload.get("files"), list) else []
     assert isinstance(entries, list)
     files = [_file_change(entry, text_cap if isinstance(text_cap, int) else None, include_diff)

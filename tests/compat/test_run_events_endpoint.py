@@ -19,6 +19,12 @@ from ._support import THREAD, gateway
 MEMORY = "<memory>\nUser prefers Python.\n</memory>\n"
 
 
+async def create_agent_run(journal: RunJournal, script: list[Any], tools: list[Any] | None = None) -> None:
+    """One real ``create_agent`` run on a scripted model under ``journal``."""
+    agent = create_agent(ScriptedChatModel(script), tools or [])
+    await agent.ainvoke({"messages": [{"role": "user", "content": "go"}]}, {"callbacks": [journal]})
+
+
 async def delegating_run(store: RunEventStore, steps: dict[str, int]) -> str:
     """A real agent whose ``task`` tool runs subagents (one per entry of ``steps``, with that many
     steps each, interleaved) and journals their stream; the tool also records the memory context."""
@@ -48,11 +54,9 @@ async def delegating_run(store: RunEventStore, steps: dict[str, int]) -> str:
                                            "result": "done"})
         return "Task Succeeded. Result: done"
 
-    model = ScriptedChatModel([reply("", tool_calls=[("task", {"description": "look"}, "t-1")]),
-                               reply("All done.")])
     async with journal:
-        await create_agent(model, [task]).ainvoke({"messages": [{"role": "user", "content": "go"}]},
-                                                  {"callbacks": [journal]})
+        await create_agent_run(journal, [reply("", tool_calls=[("task", {"description": "look"}, "t-1")]),
+                                         reply("All done.")], [task])
     return journal.run_id
 
 
