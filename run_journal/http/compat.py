@@ -117,9 +117,9 @@ def deerflow_router(
             raise ValueError(f"context_windows[{model!r}] must be a positive integer, got {size!r}")
     dependencies = [Depends(_authorizer(token))] if token is not None else []
     api = APIRouter(route_class=CompatRoute, dependencies=dependencies, tags=["deerflow"])
-    User = Annotated[str | None, Depends(_scoper(user_header, user_id))]
-    Limit = Annotated[int, Query(ge=1, le=PAGE_LIMIT)]
-    Cursor = Annotated[int | None, Query(ge=1)]
+    User = Annotated[str | None, Depends(_scoper(user_header, user_id))]  # noqa: N806 - a type
+    Limit = Annotated[int, Query(ge=1, le=PAGE_LIMIT)]  # noqa: N806 - a type, named like one
+    Cursor = Annotated[int | None, Query(ge=1)]  # noqa: N806 - a type, named like one
 
     def thread_of(thread_id: str) -> str:
         return validate_id("thread_id", thread_id)
@@ -232,7 +232,7 @@ def deerflow_router(
     return api
 
 
-def _feedback_writes(api: APIRouter, store: RunEventStore, User: Any,
+def _feedback_writes(api: APIRouter, store: RunEventStore, User: Any,  # noqa: N803 - a type
                      ids: Callable[[str, str], tuple[str, str]]) -> None:
     """The feedback endpoints that write (a router with a token only)."""
 
