@@ -25,11 +25,15 @@ async def test_the_gateway_api_and_ours_are_served_side_by_side(store: RunEventS
         viewer = await client.get("/journal/")
         usage_theirs = (await client.get(f"/api/threads/{THREAD}/token-usage")).json()
         usage_ours = (await client.get(f"/journal/api/threads/{THREAD}/token-usage")).json()
+        schema = (await client.get("/api/openapi.json")).json()
     assert [row["run_id"] for row in theirs] == [run]  # the gateway's list of RunResponse
     assert [row["run_id"] for row in ours["data"]] == [run]  # our page, unchanged
     assert viewer.status_code == 200
     assert viewer.headers["content-type"].startswith("text/html")
     assert usage_theirs["total_tokens"] == usage_ours["total"]["total_tokens"] > 0
+    assert {"/api/threads/{thread_id}/messages/page", "/api/runs/{run_id}/messages",
+            "/api/threads/{thread_id}/runs/{run_id}/events"} <= set(schema["paths"])
+    assert "put" not in schema["paths"]["/api/threads/{thread_id}/runs/{run_id}/feedback"]  # no token
 
 
 async def test_a_url_is_opened_at_startup_and_closed_at_shutdown(tmp_path: Path) -> None:
