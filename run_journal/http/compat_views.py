@@ -14,6 +14,7 @@ it, one with ``metadata.retracted`` withdraws it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,9 +37,9 @@ from run_journal.stores.base import RunEventStore
 __all__ = [
     "FEEDBACK_SCORE",
     "NO_WORKSPACE_CHANGES",
+    "ThreadMarks",
     "context_usage",
     "context_usage_payload",
-    "current_feedback",
     "delete_feedback",
     "event_list",
     "feedback_of_run",
@@ -51,6 +52,7 @@ __all__ = [
     "run_responses",
     "stamp_turn_durations",
     "superseded_runs",
+    "thread_marks",
     "token_usage",
     "turn_seconds",
     "workspace_changes",
@@ -179,16 +181,53 @@ async def _durations(
     return {run_id: seconds for run_id, seconds in found.items() if seconds is not None}
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ThreadMarks:
+    """What a thread's history rows need besides the rows, from one read of its ``run.start`` and
+    ``run.score`` events: the superseded runs and each run's standing feedback."""
+
+    superseded: frozenset[str]
+    feedback: Mapping[str, list[JsonObject]]
+
+    def current_feedback(self, run_id: str, user_id: str | None) -> JsonObject | None:
+        """``{feedback_id, rating, comment}`` of the caller's (unscoped: anyone's) latest feedback."""
+        rows = [row for row in self.feedback.get(run_id, ())
+                if user_id is None or row["user_id"] == user_id]
+        if not rows:
+            return None
+        latest = rows[-1]
+        return {"feedback_id": latest["feedback_id"], "rating": latest["rating"],
+                "comment": latest["comment"]}
+
+
+async def thread_marks(store: RunEventStore, thread_id: str, user_id: str | None) -> ThreadMarks:
+    starts: list[RunEvent] = []
+    scores: list[RunEvent] = []
+    async for event in iter_events(store, thread_id, event_types=["run.start", SCORE_EVENT],
+                                   user_id=user_id):
+        (starts if event.event_type == "run.start" else scores).append(event)
+    rows = {row.run_id: row for row in await views.visible_runs(store, thread_id, user_id)}
+    by_run: dict[str, list[RunEvent]] = {}
+    for event in scores:
+        by_run.setdefault(event.run_id, []).append(event)
+    return ThreadMarks(frozenset(_superseded(starts, rows)),
+                       {run_id: _standing_feedback(events) for run_id, events in by_run.items()})
+
+
 async def superseded_runs(store: RunEventStore, thread_id: str, user_id: str | None) -> set[str]:
+    """Runs a later answer replaces (see ``_superseded``)."""
+    return set((await thread_marks(store, thread_id, user_id)).superseded)
+
+
+def _superseded(starts: Iterable[RunEvent], rows: Mapping[str, RunRow]) -> set[str]:
     """Runs a later answer replaces, from the ``regenerate_from_run_id`` and ``replay_kind`` the
     gateway puts in a run's metadata (recorded in its ``run.start``): the source of a successful
     regeneration; the source of an edit whose latest attempt succeeded or still runs; a failed edit
     attempt."""
-    rows = {row.run_id: row for row in await views.visible_runs(store, thread_id, user_id)}
     regenerated: set[str] = set()
     latest_edit: dict[str, str] = {}
     hidden: set[str] = set()
-    async for start in iter_events(store, thread_id, event_types=["run.start"], user_id=user_id):
+    for start in starts:
         run_metadata = start.metadata.get("run_metadata")
         if not isinstance(run_metadata, dict):
             continue
@@ -216,15 +255,16 @@ async def history_rows(
     """``GET /api/threads/{id}/messages/page``: ``thread_history`` with each run's duration on its
     last AI row and the caller's feedback on the run's last visible AI message; a thread without
     rows is an empty page."""
-    hidden = set(hidden_run_ids) | await superseded_runs(store, thread_id, user_id)
+    marks = await thread_marks(store, thread_id, user_id)
+    hidden = set(hidden_run_ids) | marks.superseded
     page = await thread_history(store, thread_id, limit=limit, before_seq=before_seq,
                                 hidden_run_ids=hidden, user_id=user_id)
     data = [_row(event) for event in page.data]
     run_ids = {event.run_id for event in page.data}
+    feedback = {run_id: found for run_id in run_ids
+                if (found := marks.current_feedback(run_id, user_id)) is not None}
     last_ai = {run_id: await _last_visible_ai_seq(store, thread_id, run_id, hidden, user_id)
-               for run_id in run_ids}
-    feedback = {run_id: await current_feedback(store, thread_id, run_id, user_id)
-                for run_id, seq in last_ai.items() if seq is not None}
+               for run_id in feedback}  # only a run with feedback needs its last AI row
     for row in data:
         run_id = row["run_id"]
         row["feedback"] = None
@@ -257,17 +297,17 @@ async def legacy_messages(
 ) -> list[JsonObject]:
     """``GET /api/threads/{id}/messages``: every message row of the runs not superseded (middleware
     and subagent rows too), feedback on each run's last AI response of the list, durations."""
-    hidden = await superseded_runs(store, thread_id, user_id)
+    marks = await thread_marks(store, thread_id, user_id)
     page = await thread_history(store, thread_id, limit=limit, before_seq=before_seq,
-                                after_seq=after_seq, hidden_run_ids=hidden, include_internal=True,
-                                user_id=user_id)
+                                after_seq=after_seq, hidden_run_ids=marks.superseded,
+                                include_internal=True, user_id=user_id)
     data = [_row(event) for event in page.data]
     last_ai = {event.run_id: index for index, event in enumerate(page.data)
                if event.event_type == "llm.ai.response"}
     for row in data:
         row["feedback"] = None
     for run_id, index in last_ai.items():
-        data[index]["feedback"] = await current_feedback(store, thread_id, run_id, user_id)
+        data[index]["feedback"] = marks.current_feedback(run_id, user_id)
     run_ids = {event.run_id for event in page.data}
     stamp_turn_durations(data, await _durations(store, thread_id, run_ids, user_id))
     return data
@@ -514,9 +554,13 @@ async def feedback_of_run(
     store: RunEventStore, thread_id: str, run_id: str, user_id: str | None
 ) -> list[JsonObject]:
     """The run's standing feedback, oldest first (one per feedback id: the latest word wins)."""
+    return _standing_feedback([event async for event in iter_events(
+        store, thread_id, run_id, event_types=[SCORE_EVENT], user_id=user_id)])
+
+
+def _standing_feedback(scores: Iterable[RunEvent]) -> list[JsonObject]:
     standing: dict[str, JsonObject] = {}
-    async for event in iter_events(store, thread_id, run_id, event_types=[SCORE_EVENT],
-                                   user_id=user_id):
+    for event in scores:
         content = event.content if isinstance(event.content, dict) else {}
         if content.get("name") != FEEDBACK_SCORE:
             continue
@@ -527,19 +571,6 @@ async def feedback_of_run(
             continue
         standing[key] = _feedback_row(event, rating)
     return list(standing.values())
-
-
-async def current_feedback(
-    store: RunEventStore, thread_id: str, run_id: str, user_id: str | None
-) -> JsonObject | None:
-    """``{feedback_id, rating, comment}`` of the caller's (or, unscoped, anyone's) latest feedback."""
-    rows = [row for row in await feedback_of_run(store, thread_id, run_id, user_id)
-            if user_id is None or row["user_id"] == user_id]
-    if not rows:
-        return None
-    latest = rows[-1]
-    return {"feedback_id": latest["feedback_id"], "rating": latest["rating"],
-            "comment": latest["comment"]}
 
 
 async def write_feedback(
