@@ -48,7 +48,7 @@ from run_journal.stores.base import (
     after_error,
 )
 from run_journal.stores.queries import stamp
-from run_journal.stores.sql_schema import events, qualified, run_starts, runs, threads, user_threads
+from run_journal.stores.sql_schema import bodies, events, qualified, run_starts, runs, threads, user_threads
 
 T = TypeVar("T")
 POSTGRES_EXTRA: Final = "pip install 'run-journal[postgres]'"
@@ -211,10 +211,16 @@ class SqlWork:
             'RETURNING "row", thread_id'
         )
         self.stored_run = f'SELECT "row", thread_id FROM {self.runs} WHERE run_id = :run_id'
+        self.bodies = qualified(bodies, schema)
+        self.insert_body = (f"INSERT INTO {self.bodies} (thread_id, digest, data) "
+                            "VALUES (:thread_id, :digest, :data) ON CONFLICT (thread_id, digest) DO NOTHING")
 
     # -- writes ----------------------------------------------------------------------------------
-    def append(self, db: SqlSession, batch: Sequence[NewEvent], look_up: bool) -> list[RunEvent]:
-        """``put_batch``: each thread's events in one go, threads in sorted order."""
+    def append(
+        self, db: SqlSession, batch: Sequence[NewEvent], look_up: bool, bodies: Sequence[Body] = ()
+    ) -> list[RunEvent]:
+        """``put_batch``: the bodies, then each thread's events in one go, threads in sorted order."""
+        self.put_bodies(db, bodies)
         results: list[RunEvent] = [None] * len(batch)  # type: ignore[list-item]  # every slot is filled below
         positions = by_thread(batch)
         for thread_id in sorted(positions):
@@ -331,11 +337,12 @@ class SqlWork:
 
     def close_run(
         self, db: SqlSession, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...],
-        values: Mapping[str, Any], look_up: bool,
+        values: Mapping[str, Any], look_up: bool, bodies: Sequence[Body] = (),
     ) -> tuple[str, str] | None:
-        """``put_run_close`` in one transaction: each thread's events, the terminal event after its
-        thread's (exclusive among ``types``) in the same step, then the row. None, having written only
-        the events, when the run already had another terminal event."""
+        """``put_run_close`` in one transaction: the bodies, each thread's events, the terminal event
+        after its thread's (exclusive among ``types``) in the same step, then the row. None, having
+        written only the bodies and events, when the run already had another terminal event."""
+        self.put_bodies(db, bodies)
         positions = by_thread(batch)
         positions.setdefault(terminal.thread_id, [])
         stored: RunEvent | None = None
@@ -350,6 +357,32 @@ class SqlWork:
         if stored is None or stored.event_id != terminal.event_id:
             return None
         return self.put_run(db, values)
+
+    def put_bodies(self, db: SqlSession, bodies: Sequence[Body]) -> None:
+        """Insert the bodies a thread does not hold yet, in (thread, digest) order: every writer
+        takes the rows' locks in that one order, before any thread's counter, so two writers of the
+        same bodies never wait on each other crosswise (PostgreSQL)."""
+        if bodies:
+            ordered = sorted(bodies, key=lambda body: (body.thread_id, body.digest))
+            db.run_many(self.insert_body, [(body.thread_id, body.digest, body.data) for body in ordered])
+
+    def get_bodies(self, db: SqlSession, thread_id: str, digests: Sequence[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        for start in range(0, len(digests), _CHUNK):
+            marks, params = _names("digest", digests[start : start + _CHUNK])
+            sql = (f"SELECT digest, data FROM {self.bodies} "
+                   f"WHERE thread_id = :thread_id AND digest IN ({marks})")
+            rows = db.rows(sql, {"thread_id": thread_id, **params})
+            found.update((str(digest), bytes(data)) for digest, data in rows)
+        return found
+
+    def list_bodies(self, db: SqlSession, thread_id: str, after: str | None, limit: int) -> list[Body]:
+        sql = f"SELECT digest, data FROM {self.bodies} WHERE thread_id = :thread_id"
+        if after is not None:
+            sql += " AND digest > :after"
+        sql += " ORDER BY digest LIMIT :limit"
+        rows = db.rows(sql, {"thread_id": thread_id, "after": after, "limit": limit})
+        return [Body(thread_id, str(digest), bytes(data)) for digest, data in rows]
 
     # -- reads -----------------------------------------------------------------------------------
     def select_events(self, db: SqlSession, query: EventQuery) -> list[RunEvent]:
@@ -486,6 +519,8 @@ class SqlWork:
         deleted = db.run(f"DELETE FROM {self.events} WHERE {where}", params)
         db.run(f"DELETE FROM {self.runs} WHERE {where}", params)
         db.run(f"DELETE FROM {self.run_starts} WHERE {where}", params)  # the run ids are free again
+        if run_id is None:  # a run's deletion keeps the bodies: the thread's other runs share them
+            db.run(f"DELETE FROM {self.bodies} WHERE thread_id = :thread_id", params)
         if deleted:
             self._reset_activity(db, thread_id, whole=run_id is None)
         return deleted
@@ -572,16 +607,15 @@ class SqlRunEventStore(RunEventStore):
 
     # -- the contract ----------------------------------------------------------------------------
     async def _append(self, batch: Sequence[NewEvent], bodies: Sequence[Body] = ()) -> list[RunEvent]:
-        if bodies:
-            await self._put_bodies(bodies)  # not yet in the same step
         """The common write (no event_id seen before) does not look ids up: a lookup inside the
         locked transaction cut PostgreSQL's throughput with 8 writers on one thread from ~9,000 to
         ~3,500 events/s (``bench/bench_sql.py``). A stored id fails the insert, which rolls the
-        transaction back whole; it is then redone with the lookup."""
+        transaction back whole; it is then redone with the lookup. The bodies are inserted first,
+        in the same transaction."""
         try:
-            return await self._write(self._work.append, batch, False)
+            return await self._write(self._work.append, batch, False, bodies)
         except self.duplicate:
-            return await self._write(self._work.append, batch, True)
+            return await self._write(self._work.append, batch, True, bodies)
 
     async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
         return await self._write(self._work.put_if_absent, event, types)
@@ -596,19 +630,26 @@ class SqlRunEventStore(RunEventStore):
         self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow,
         bodies: Sequence[Body] = (),
     ) -> bool:
-        if bodies:
-            await self._put_bodies(bodies)  # not yet in the same step
-        """The run's last events, its terminal event and its row in one transaction."""
+        """The run's bodies, last events, terminal event and row in one transaction."""
         values = run_values(row)
         try:  # as in _append: the lookup only when an event_id is stored already
-            stored = await self._write(self._work.close_run, batch, terminal, types, values, False)
+            stored = await self._write(self._work.close_run, batch, terminal, types, values, False, bodies)
         except self.duplicate:
-            stored = await self._write(self._work.close_run, batch, terminal, types, values, True)
+            stored = await self._write(self._work.close_run, batch, terminal, types, values, True, bodies)
         if stored is None:
             return False
         if stored[1] != row.thread_id:  # the events are committed; the row was refused
             raise moved_run_error(row.run_id, stored[1], row.thread_id)
         return True
+
+    async def _put_bodies(self, bodies: Sequence[Body]) -> None:
+        await self._write(self._work.put_bodies, bodies)
+
+    async def _get_bodies(self, thread_id: str, digests: tuple[str, ...]) -> dict[str, bytes]:
+        return await self._read(self._work.get_bodies, thread_id, digests)
+
+    async def _list_bodies(self, thread_id: str, after: str | None, limit: int) -> list[Body]:
+        return await self._read(self._work.list_bodies, thread_id, after, limit)
 
     async def _select_events(self, query: EventQuery) -> list[RunEvent]:
         return await self._read(self._work.select_events, query)
