@@ -772,18 +772,18 @@ class RunEventStore(abc.ABC):
         await self._put_run(row)
         return True
 
+    @abc.abstractmethod
     async def _put_bodies(self, bodies: Sequence[Body]) -> None:
         """Store each body unless its thread already holds its digest (one per (thread, digest),
         checked). Concurrent writers of the same digest both succeed."""
-        raise NotImplementedError(f"{type(self).__name__} does not store bodies yet")
 
+    @abc.abstractmethod
     async def _get_bodies(self, thread_id: str, digests: tuple[str, ...]) -> dict[str, bytes]:
         """The stored data of those of ``digests`` (distinct, at most ``MAX_BODY_READ``) the thread holds."""
-        raise NotImplementedError(f"{type(self).__name__} does not store bodies yet")
 
+    @abc.abstractmethod
     async def _list_bodies(self, thread_id: str, after: str | None, limit: int) -> list[Body]:
         """The thread's bodies ascending by digest, above ``after``, at most ``limit``."""
-        raise NotImplementedError(f"{type(self).__name__} does not store bodies yet")
 
     @abc.abstractmethod
     async def _select_events(self, query: EventQuery) -> list[RunEvent]:

@@ -20,11 +20,6 @@ def message(n: int, thread_id: str = "t") -> Body:
 class BodyTests(StoreSuiteBase):
     """Bodies: put and get by digest, once per thread, in the step of their events."""
 
-    @pytest.fixture(autouse=True)
-    def _stores_bodies(self, store: RunEventStore) -> None:
-        if type(store)._put_bodies is RunEventStore._put_bodies:
-            pytest.skip(f"{type(store).__name__} does not store bodies yet")
-
     async def test_bodies_round_trip_as_bytes(self, store: RunEventStore) -> None:
         tricky = Body.of("t", TRICKY_PAYLOAD)
         plain = message(1)
