@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from run_journal.cli.check import add_check_command
 from run_journal.cli.common import CliError, Command
 from run_journal.cli.diff import add_diff_command
-from run_journal.cli.maintenance import cmd_copy, cmd_export, cmd_reconcile, cmd_verify
+from run_journal.cli.maintenance import cmd_copy, cmd_export, cmd_import, cmd_reconcile, cmd_verify
 from run_journal.cli.otlp import add_otlp_arguments
 from run_journal.cli.prune import add_prune_command
 from run_journal.cli.reading import cmd_events, cmd_runs, cmd_show, cmd_tail, cmd_threads, cmd_usage
@@ -108,7 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("threads", nargs="*", metavar="THREAD")
     export.add_argument("--output", "-o", help="file to write (default: stdout)")
     add_otlp_arguments(export)
-    copy = command("copy", cmd_copy, "copy events (seq preserved) and run rows to another store")
+    command("import", cmd_import, "write an export's bodies and events into the store (seq kept where "
+                                  "the thread is free)") \
+        .add_argument("file", metavar="FILE", help="a file written by export (- for stdin)")
+    copy = command("copy", cmd_copy, "copy bodies, events (seq preserved) and run rows to another store")
     copy.add_argument("destination", metavar="DST")
     copy.add_argument("--thread", dest="threads", action="append", default=[], metavar="THREAD")
     command("usage", cmd_usage, "token and cost totals per run, model and caller", json_flag=True,
@@ -161,7 +164,8 @@ def _non_negative(text: str) -> int:
 # -- entry point ---------------------------------------------------------------------------------
 def check_location(url: str) -> None:
     """No command creates an empty SQLite file or JSONL directory by accident (a mistyped path):
-    the store it works on must exist (``copy`` creates only its destination)."""
+    the store it works on must exist (``copy`` creates only its destination; ``import`` creates the
+    store it fills, from a file that must exist)."""
     scheme = urlsplit(url).scheme.lower().split("+", 1)[0]
     if scheme not in {"sqlite", "jsonl"} or url.split("://", 1)[1] in {"", "/"}:
         return
@@ -170,8 +174,17 @@ def check_location(url: str) -> None:
         raise CliError(f"no store at {path.absolute()} (from {url})")
 
 
+def check_file(name: str) -> None:
+    """``import`` reads a file that must exist (before the store it fills is created)."""
+    if not Path(name).is_file():
+        raise CliError(f"no file {Path(name).absolute()} to import")
+
+
 async def run(args: argparse.Namespace, out: TextIO) -> int:
-    check_location(args.url)
+    if args.command != "import":
+        check_location(args.url)
+    elif args.file != "-":
+        check_file(args.file)
     command: Command = args.handler
     async with open_store(args.url) as store:
         return await command(store, args, out)

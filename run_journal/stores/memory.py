@@ -354,6 +354,14 @@ class MemoryRunEventStore(RunEventStore):
                 return {}
             return {digest: data for digest in digests if (data := held.data.get(digest)) is not None}
 
+    async def _drop_bodies(self, thread_id: str, through_seq: int) -> bool:
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            if (thread.last_seq if thread is not None else 0) != through_seq:
+                return False
+            self._bodies.pop(thread_id, None)
+            return True
+
     async def _list_bodies(self, thread_id: str, after: str | None, limit: int) -> list[Body]:
         with self._lock:
             held = self._bodies.get(thread_id)

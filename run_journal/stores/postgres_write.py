@@ -6,8 +6,8 @@ server runs it as one transaction: no BEGIN, no COMMIT, no statement waiting on 
 thread's counter row is locked. The function does what ``sql.SqlWork`` does for the common case,
 in the same order:
 
-0. insert the thread's bodies it does not hold yet (``run_journal_bodies``, by digest);
 1. bump the thread's counter (``run_journal_threads``): that takes the thread's lock, until commit;
+   then insert the bodies the thread does not hold yet (``run_journal_bodies``, by digest);
 2. take the run ids of new ``run.start`` events (``run_journal_run_starts``);
 3. insert the events; with ``p_exclusive``, the last one only if its run holds none of those types
    (its seq is given back otherwise): a run's one terminal event;
@@ -19,7 +19,7 @@ Anything uncommon leaves the whole call undone and the caller takes the general 
 (``SqlWork`` in a transaction): an event id stored already (a unique violation: a retry), a run id
 held by another ``run.start`` (``RJ001``: the general path refuses it or takes a stale claim over).
 
-Version 2 (schema version 6) adds the bodies (0.); version 1, the same write without them, stays in
+Version 2 (schema version 6) adds the bodies (1.); version 1, the same write without them, stays in
 the database for processes of the previous release.
 """
 
@@ -82,11 +82,11 @@ DECLARE
     v_owner_event text;
     v_row_json text;
     v_row_thread text;
-BEGIN{write_bodies}
+BEGIN
     INSERT INTO {threads} AS c (thread_id, last_seq) VALUES (p_thread, v_count)
     ON CONFLICT (thread_id) DO UPDATE SET last_seq = c.last_seq + excluded.last_seq
     RETURNING c.last_seq INTO v_last;
-
+{write_bodies}
     FOR i IN 1 .. v_count LOOP
         IF p_event_type[i] = 'run.start' THEN
             INSERT INTO {starts} (run_id, thread_id, event_id, has_row)

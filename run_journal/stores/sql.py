@@ -128,6 +128,13 @@ def moved_run_error(run_id: str, owner: str, thread_id: str) -> ValueError:
     return ValueError(f"run {run_id!r} belongs to thread {owner!r}, not {thread_id!r}")
 
 
+def bodies_by_thread(bodies: Sequence[Body]) -> dict[str, list[Body]]:
+    grouped: dict[str, list[Body]] = {}
+    for body in bodies:
+        grouped.setdefault(body.thread_id, []).append(body)
+    return grouped
+
+
 def by_thread(batch: Sequence[NewEvent]) -> dict[str, list[int]]:
     """Positions of each thread's events in ``batch``, in input order."""
     positions: dict[str, list[int]] = {}
@@ -219,13 +226,17 @@ class SqlWork:
     def append(
         self, db: SqlSession, batch: Sequence[NewEvent], look_up: bool, bodies: Sequence[Body] = ()
     ) -> list[RunEvent]:
-        """``put_batch``: the bodies, then each thread's events in one go, threads in sorted order."""
-        self.put_bodies(db, bodies)
+        """``put_batch``: each thread's events and bodies in one go, threads in sorted order."""
         results: list[RunEvent] = [None] * len(batch)  # type: ignore[list-item]  # every slot is filled below
         positions = by_thread(batch)
-        for thread_id in sorted(positions):
+        held = bodies_by_thread(bodies)
+        for thread_id in sorted(positions.keys() | held.keys()):
+            if thread_id not in positions:
+                self.put_bodies(db, held[thread_id])
+                continue
             events = [batch[index] for index in positions[thread_id]]
-            written = self.write_thread(db, thread_id, events, look_up=look_up)
+            mine = held.get(thread_id, ())
+            written = self.write_thread(db, thread_id, events, look_up=look_up, bodies=mine)
             for index, (event, _) in zip(positions[thread_id], written, strict=True):
                 results[index] = event
         return results
@@ -235,7 +246,7 @@ class SqlWork:
 
     def write_thread(
         self, db: SqlSession, thread_id: str, batch: Sequence[NewEvent], *,
-        look_up: bool = True, exclusive: tuple[str, ...] = (),
+        look_up: bool = True, exclusive: tuple[str, ...] = (), bodies: Sequence[Body] = (),
     ) -> list[tuple[RunEvent, bool]]:
         """Write one thread's events, each unless its event_id is stored; per event, its stored
         record and whether this wrote it. With ``exclusive``, the last event is a singleton of its
@@ -245,7 +256,10 @@ class SqlWork:
         The counter is bumped first, once: that takes the thread's write lock, so the lookups below
         and the insert are one step for every other writer. ``look_up=False`` skips the event_id
         lookup: a stored id then fails the insert (a unique violation) and the caller redoes the
-        transaction with the lookup (see ``SqlRunEventStore._append``).
+        transaction with the lookup (see ``SqlRunEventStore._append``). The thread's ``bodies``
+        are inserted right after the bump, under the thread's lock, so a prune that deletes the
+        thread's bodies (``drop_bodies``, which takes that lock) never leaves these events without
+        theirs.
         """
         first: dict[str, NewEvent] = {}
         for event in batch:
@@ -256,6 +270,7 @@ class SqlWork:
         likely = not look_up and len(first) > 1
         newest = stamp(next(reversed(first.values())).created_at) if likely or sure else None
         last = int(db.rows(self.bump, {"thread_id": thread_id, "count": len(first), "last_at": newest})[0][0])
+        self.put_bodies(db, bodies)
         found = self._stored_ids(db, thread_id, list(first)) if look_up else {}
         single = first[batch[-1].event_id] if exclusive else None
         held: NewEvent | None = None  # an earlier event of the batch the singleton yields to
@@ -342,26 +357,30 @@ class SqlWork:
         """``put_run_close`` in one transaction: the bodies, each thread's events, the terminal event
         after its thread's (exclusive among ``types``) in the same step, then the row. None, having
         written only the bodies and events, when the run already had another terminal event."""
-        self.put_bodies(db, bodies)
         positions = by_thread(batch)
         positions.setdefault(terminal.thread_id, [])
+        held = bodies_by_thread(bodies)
         stored: RunEvent | None = None
-        for thread_id in sorted(positions):  # one counter bump per thread
+        for thread_id in sorted(positions.keys() | held.keys()):  # one counter bump per thread
+            if thread_id not in positions:
+                self.put_bodies(db, held[thread_id])
+                continue
             events = [batch[index] for index in positions[thread_id]]
+            mine = held.get(thread_id, ())
             if thread_id == terminal.thread_id:
                 ended = self.write_thread(db, thread_id, [*events, terminal], look_up=look_up,
-                                          exclusive=types)
+                                          exclusive=types, bodies=mine)
                 stored = ended[-1][0]
             else:
-                self.write_thread(db, thread_id, events, look_up=look_up)
+                self.write_thread(db, thread_id, events, look_up=look_up, bodies=mine)
         if stored is None or stored.event_id != terminal.event_id:
             return None
         return self.put_run(db, values)
 
     def put_bodies(self, db: SqlSession, bodies: Sequence[Body]) -> None:
-        """Insert the bodies a thread does not hold yet, in (thread, digest) order: every writer
-        takes the rows' locks in that one order, before any thread's counter, so two writers of the
-        same bodies never wait on each other crosswise (PostgreSQL)."""
+        """Insert the bodies a thread does not hold yet, in (thread, digest) order. Every writer
+        takes its locks thread by thread in sorted order (a thread's counter, then its bodies by
+        digest), so two writers never wait on each other crosswise (PostgreSQL)."""
         if bodies:
             ordered = sorted(bodies, key=lambda body: (body.thread_id, body.digest))
             db.run_many(self.insert_body, [(body.thread_id, body.digest, body.data) for body in ordered])
@@ -525,6 +544,17 @@ class SqlWork:
             self._reset_activity(db, thread_id, whole=run_id is None)
         return deleted
 
+    def drop_bodies(self, db: SqlSession, thread_id: str, through_seq: int) -> bool:
+        """``prune``'s last step: the thread's bodies, if its counter still says ``through_seq``
+        (read and locked by a no-op update: writers of the thread wait, on PostgreSQL as on
+        SQLite). Whether they were deleted."""
+        found = db.rows(f"UPDATE {self.threads} SET last_seq = last_seq WHERE thread_id = :thread_id "
+                        "RETURNING last_seq", {"thread_id": thread_id})
+        if (int(found[0][0]) if found else 0) != through_seq:
+            return False
+        db.run(f"DELETE FROM {self.bodies} WHERE thread_id = :thread_id", {"thread_id": thread_id})
+        return True
+
     def _reset_activity(self, db: SqlSession, thread_id: str, *, whole: bool = False) -> None:
         """After a delete: the thread's (and its users') newest remaining event, or none."""
         params = {"thread_id": thread_id}
@@ -647,6 +677,9 @@ class SqlRunEventStore(RunEventStore):
 
     async def _get_bodies(self, thread_id: str, digests: tuple[str, ...]) -> dict[str, bytes]:
         return await self._read(self._work.get_bodies, thread_id, digests)
+
+    async def _drop_bodies(self, thread_id: str, through_seq: int) -> bool:
+        return await self._write(self._work.drop_bodies, thread_id, through_seq)
 
     async def _list_bodies(self, thread_id: str, after: str | None, limit: int) -> list[Body]:
         return await self._read(self._work.list_bodies, thread_id, after, limit)

@@ -179,6 +179,18 @@ class JsonlRunEventStore(RunEventStore):
             with log.locked(directory):
                 body_files.keep(directory, held, durable=self.durable)
 
+    async def _drop_bodies(self, thread_id: str, through_seq: int) -> bool:
+        return await self._run(self._drop_bodies_sync, thread_id, through_seq)
+
+    def _drop_bodies_sync(self, thread_id: str, through_seq: int) -> bool:
+        directory = self._layout.thread_dir(thread_id)
+        with log.locked(directory):
+            with log.snapshot(directory) as view:
+                if (view.count if view else 0) != through_seq:
+                    return False
+            body_files.drop(directory)
+        return True
+
     async def _get_bodies(self, thread_id: str, digests: tuple[str, ...]) -> dict[str, bytes]:
         return await self._run(lambda: body_files.read(self._layout.thread_dir(thread_id), digests))
 

@@ -242,6 +242,14 @@ keep_bodies(B, 4, (#ARGV - 3) / 2, tonumber(ARGV[3]))
 return 1
 """
 
+DROP_BODIES: Final = """
+-- ARGV: prefix, thread_id, through_seq. Deletes the thread's bodies if its counter is still through_seq.
+local B = ARGV[1] .. 't/' .. ARGV[2] .. '/'
+if tonumber(redis.call('GET', B .. 'seq') or '0') ~= tonumber(ARGV[3]) then return 0 end
+redis.call('UNLINK', B .. 'bodies', B .. 'bodyix')
+return 1
+"""
+
 LIST_BODIES: Final = """
 -- ARGV: prefix, thread_id, lexical start ('-' or '(<digest>'), limit. Returns digest, data, ... of
 -- the thread's first bodies by digest from there.

@@ -132,6 +132,7 @@ class RedisRunEventStore(RunEventStore):
         self._index_statuses_script = register(header("#!lua") + scripts.INDEX_RUN_STATUSES)
         self._put_bodies_script = register(header("#!lua") + scripts.PUT_BODIES)
         self._list_bodies_script = register(header("#!lua flags=no-writes") + scripts.LIST_BODIES)
+        self._drop_bodies_script = register(header("#!lua flags=allow-oom") + scripts.DROP_BODIES)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisRunEventStore:
@@ -369,6 +370,9 @@ class RedisRunEventStore(RunEventStore):
     async def _get_bodies(self, thread_id: str, digests: tuple[str, ...]) -> dict[str, bytes]:
         found = await self._client.hmget(self._thread_key(thread_id, "bodies"), list(digests))
         return {digest: _raw(data) for digest, data in zip(digests, found, strict=True) if data is not None}
+
+    async def _drop_bodies(self, thread_id: str, through_seq: int) -> bool:
+        return bool(await self._drop_bodies_script(args=[self._prefix, thread_id, through_seq]))
 
     async def _list_bodies(self, thread_id: str, after: str | None, limit: int) -> list[Body]:
         start = "-" if after is None else "(" + after
