@@ -605,12 +605,12 @@ class SqlRunEventStore(RunEventStore):
     schema_name: str | None = None
     """The PostgreSQL schema that holds the tables (None: the connection's default; always on SQLite)."""
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> SqlRunEventStore:
+    def __new__(cls, *args: Any, **kwargs: Any) -> SqlRunEventStore:  # noqa: PYI034 - returns a backend subclass
         if cls is SqlRunEventStore:  # SqlRunEventStore(engine, ...): the engine's backend
             engine = args[0] if args else kwargs.get("engine")
             if not isinstance(engine, AsyncEngine):
                 raise TypeError(f"SqlRunEventStore takes a SQLAlchemy AsyncEngine, got {engine!r}")
-            cls = backend_class(engine.dialect.name)
+            cls = backend_class(engine.dialect.name)  # noqa: PLW0642 - the engine's backend class
         return super().__new__(cls)
 
     lateral_joins: ClassVar[bool] = False

@@ -199,7 +199,7 @@ class RedisRunEventStore(RunEventStore):
         """The upgrade of a prefix written before the status index (layout 2): every run joins the
         sorted set of its status. Idempotent, like ``_place_every_thread``."""
         start = 0
-        while run_ids := [text(run_id) for run_id in cast(list[bytes | str], await self._client.zrange(
+        while run_ids := [text(run_id) for run_id in cast("list[bytes | str]", await self._client.zrange(
                 self._prefix + "runs", start, start + 499))]:  # members only: no scores
             await self._index_statuses_script(args=[self._prefix, *run_ids])
             start += len(run_ids)
@@ -522,7 +522,7 @@ class RedisRunEventStore(RunEventStore):
         chunk = 1000 if query.limit is None else min(query.limit * (2 if filtered else 1), 1000)
         found: list[RunRow] = []
         while query.limit is None or len(found) < query.limit:
-            members = cast(list[bytes | str], await self._client.zrange(  # members only: no scores
+            members = cast("list[bytes | str]", await self._client.zrange(  # members only: no scores
                 index, start, start + chunk - 1, desc=query.newest_first))
             run_ids = [text(run_id) for run_id in members]
             if not run_ids:
@@ -548,7 +548,7 @@ class RedisRunEventStore(RunEventStore):
         statuses merged in list order, so only runs of those statuses are read."""
         scored: list[tuple[float, str]] = []
         for status in query.statuses or ():
-            members = cast(list[tuple[bytes | str, float]], await self._client.zrange(
+            members = cast("list[tuple[bytes | str, float]]", await self._client.zrange(
                 f"{self._prefix}st/{status}", 0, -1, withscores=True))
             scored += [(float(score), text(run_id)) for run_id, score in members]
         scored.sort(reverse=query.newest_first)
