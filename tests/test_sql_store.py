@@ -582,6 +582,13 @@ async def test_a_run_end_is_one_transaction_with_one_counter_bump_on_sqlite(
         assert writes[-1] == "COMMIT"
         assert sum(s.startswith(("BEGIN", "COMMIT")) for s in statements) == 2
         assert sum(s.startswith("INSERT INTO run_journal_threads") for s in statements) == 1
+        statements.clear()  # with bodies: the same transaction, one more statement per body
+        events, terminal, row = closing_run("with-bodies")
+        bodies = [Body.of("t", n) for n in range(3)]
+        assert await store.put_run_close(events, terminal, row, bodies=bodies)
+        assert sum(s.startswith(("BEGIN", "COMMIT")) for s in statements) == 2
+        assert sum(s.startswith("INSERT INTO run_journal_threads") for s in statements) == 1
+        assert sum(s.startswith("INSERT INTO run_journal_bodies") for s in statements) == 3
 
 
 @contextlib.asynccontextmanager
