@@ -353,10 +353,11 @@ class RunEventStore(abc.ABC):
         Everything is validated before anything is written. An event whose ``event_id`` is already
         stored (or repeated earlier in the batch) is not written again: its stored record is returned.
 
-        ``bodies`` (``run_journal.bodies.Body``) are written in the same step as the events: a
-        write that stores none of its events (refused, or failed) stores none of its bodies, and no
-        event is ever visible before the bodies written with it. A body its thread already holds is
-        left as it is (see ``put_bodies``).
+        ``bodies`` (``run_journal.bodies.Body``) are written in the same step as the events, and no
+        event is ever visible before the bodies written with it: a refused write (an invalid body, a
+        ``RunIdTakenError``) stores none of them; a write that fails half-way stores none on the
+        backends with transactions or scripts, and on JSONL may leave bodies without their events
+        (a retry puts them again at no cost). A body its thread already holds is left as it is.
         """
         batch = [as_new_event(item) for item in events]
         checked = check_bodies(bodies)
