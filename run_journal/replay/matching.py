@@ -6,7 +6,7 @@ and tasks: each lookup holds its lock for a dictionary lookup or two.
 
 - ``match="request"``: the unused recorded call whose request equals the incoming one (the same
   caller's first, then the earliest), so the order calls arrive in, and which agent makes them, do
-  not matter. Needs the recorded requests.
+  not matter. Needs the recorded requests (a recorded call without one is matched by order).
 - ``match="order"``: the caller's next unused recorded call. When both requests are known and
   differ, that is a divergence too.
 
@@ -71,6 +71,10 @@ class CallBook:
             self._count += 1
             if self.match == "request" and request is not None:
                 position = self._requested(caller, request)
+                if position is None:  # a recorded call without its request is matched by order
+                    following = self._next_of(caller)
+                    unknown = following is not None and self.calls[following].request is None
+                    position = following if unknown else None
                 if position is not None:
                     return self._take(number, caller, position)
                 divergence = self._unmatched(number, caller, request)
