@@ -193,3 +193,23 @@ def test_serve_help_names_its_options() -> None:
     text: Any = done.stdout
     for option in ("--host", "--port", "--token", "--user-header"):
         assert option in text
+
+
+async def test_errors_outside_a_route_answer_the_documented_json_shape() -> None:
+    app = create_app(await seeded())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://j") as client:
+        for method, path, status, name in (("POST", "/api/threads", 405, "not_allowed"),
+                                           ("DELETE", "/api/threads/t1/runs/r1", 405, "not_allowed"),
+                                           ("PUT", "/", 405, "not_allowed"),
+                                           ("GET", "/api/nothing", 404, "not_found"),
+                                           ("GET", "/api/threads/t1/runs/r1/nothing", 404, "not_found"),
+                                           ("GET", "/elsewhere", 404, "not_found")):
+            response = await client.request(method, path)
+            assert response.status_code == status, (method, path)
+            assert response.headers["content-type"].startswith("application/json")
+            body = response.json()
+            assert set(body) == {"error", "detail"}, body
+            assert body["error"] == name
+            assert body["detail"]
+        not_allowed = await client.post("/api/threads")
+        assert "GET" in not_allowed.headers["allow"]

@@ -421,4 +421,19 @@ def create_app(
     )
     app.include_router(router(opened, token=token, user_header=user_header, user_id=user_id,
                               viewer=viewer))
+    app.add_exception_handler(HTTPException, _outside_a_route)
     return app
+
+
+async def _outside_a_route(request: Request, error: Exception) -> Response:
+    """The application's own errors, raised before any route runs (an unknown path: 404, a known
+    path with another method: 405), in the shape every endpoint answers with."""
+    assert isinstance(error, HTTPException)
+    status = error.status_code
+    if status == 404:
+        detail = f"no such path: {request.url.path}"
+    elif status == 405:
+        detail = f"{request.method} is not allowed here"
+    else:
+        detail = str(error.detail)
+    return error_response(status, _ERROR_NAMES.get(status, "error"), detail, dict(error.headers or {}))

@@ -148,5 +148,6 @@ class WorkspaceReview(BaseModel):
 
 
 class Error(BaseModel):
-    error: str = Field(description="bad_request, unauthorized, not_found, unavailable or internal.")
+    error: str = Field(description="bad_request, unauthorized, forbidden, not_found, not_allowed, "
+                                   "unavailable or internal.")
     detail: str
