@@ -450,3 +450,43 @@ async def test_a_user_scope_never_returns_another_users_rows(store: RunEventStor
         review = await get_json(client, "/api/threads/shared/runs/bob-r2/workspace-changes")
         assert review["available"] is True
         assert review["summary_text"] == "bob's files"
+
+
+# -- seq cursors -----------------------------------------------------------------------------------------
+def seq_cursors(app: Any) -> list[tuple[str, str, str]]:
+    """(path, where, name) of every seq cursor the API takes, read from its OpenAPI schema: query
+    parameters named ``*_seq`` and the ``Last-Event-ID`` header, so a new endpoint is covered too."""
+    found = []
+    for path, item in app.openapi()["paths"].items():
+        for parameter in item.get("get", {}).get("parameters", []):
+            name, where = parameter["name"], parameter["in"]
+            if (where == "query" and name.endswith("_seq")) or name.lower() == "last-event-id":
+                found.append((path.format(thread_id=T, run_id="r1"), where, name))
+    return found
+
+
+@pytest.mark.parametrize("value", [str(2**63), str(2**64 + 5), "-1", "1" * 30, "1.5", "x"])
+async def test_every_seq_cursor_out_of_range_is_a_400_naming_it(store: RunEventStore, value: str) -> None:
+    await store.put_batch(a_turn("r1"))
+    app = create_app(store)
+    cursors = seq_cursors(app)
+    assert len(cursors) >= 5
+    assert ("/api/threads/thread-1/events/stream", "header", "last-event-id") in cursors
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://journal") as client:
+        for path, where, name in cursors:
+            if where == "header":
+                response = await client.get(path, headers={name: value})
+                shown = "Last-Event-ID"
+            else:
+                response = await client.get(path, params={name: value})
+                shown = name
+            assert response.status_code == 400, (path, name, response.text)
+            body = response.json()
+            assert body["error"] == "bad_request"
+            assert shown in body["detail"], (path, body)
+        highest = str(2**63 - 1)  # the largest seq is a valid cursor: an empty page, or the end
+        page = await get_json(client, f"/api/threads/{T}/runs/r1/events", after_seq=highest)
+        assert page["data"] == []
+        older = await get_json(client, f"/api/threads/{T}/messages/page", before_seq=highest)
+        assert len(older["data"]) == 3

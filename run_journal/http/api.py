@@ -41,7 +41,7 @@ from run_journal.catalog import TERMINAL_RUN_EVENTS
 from run_journal.envelope import validate_id
 from run_journal.http import schema, views
 from run_journal.http.views import NotFound
-from run_journal.stores.base import RunEventStore, StoreError
+from run_journal.stores.base import MAX_SEQ, RunEventStore, StoreError
 from run_journal.stores.urls import open_store
 
 __all__ = ["create_app", "router"]
@@ -236,7 +236,7 @@ def router(
     async def messages_page(
         thread_id: str, user: User,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
-        before_seq: Annotated[int | None, Query(ge=0)] = None,
+        before_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
         hidden_run_ids: Annotated[list[str] | None, Query(
             description="Runs to leave out (superseded by a regenerated answer); repeatable.")] = None,
     ) -> Response:
@@ -250,8 +250,8 @@ def router(
     async def run_messages(
         thread_id: str, run_id: str, user: User,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
-        before_seq: Annotated[int | None, Query(ge=0)] = None,
-        after_seq: Annotated[int | None, Query(ge=0)] = None,
+        before_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
+        after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
     ) -> Response:
         return json_response(await views.run_message_page(
             store, *ids(thread_id, run_id), limit=limit, before_seq=before_seq, after_seq=after_seq,
@@ -265,7 +265,7 @@ def router(
             description="Event types to keep; repeatable or comma-separated.")] = None,
         task_id: Annotated[str | None, Query(description="Subagent task (metadata.task_id).")] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 200,
-        after_seq: Annotated[int, Query(ge=0)] = 0,
+        after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     ) -> Response:
         task = validate_id("task_id", task_id) if task_id is not None else None
         return json_response(await views.event_page(
@@ -298,7 +298,7 @@ def router(
     )
     async def stream(
         thread_id: str, user: User,
-        after_seq: Annotated[int | None, Query(ge=0)] = None,
+        after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
         run_id: Annotated[str | None, Query(description="Only this run's events; the stream ends "
                                                         "with its terminal event.")] = None,
         limit: Annotated[int | None, Query(ge=1, description="End after this many events.")] = None,
@@ -307,10 +307,11 @@ def router(
         thread = thread_of(thread_id)
         cursor = after_seq or 0
         if last_event_id is not None:
-            if not last_event_id.strip().isdigit():
-                raise ValueError(f"Last-Event-ID must be a seq (a non-negative integer), "
+            text = last_event_id.strip()
+            if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > MAX_SEQ:
+                raise ValueError(f"Last-Event-ID must be a seq (an integer from 0 to 2**63-1), "
                                  f"got {last_event_id[:40]!r}")
-            cursor = int(last_event_id)
+            cursor = int(text)
         run = validate_id("run_id", run_id) if run_id is not None else None
         if run is not None:
             await views.find_run(store, thread, run, user)
