@@ -23,6 +23,7 @@ from starlette.applications import Starlette  # noqa: E402
 from starlette.routing import Mount  # noqa: E402
 
 from run_journal import MemoryRunEventStore, open_store  # noqa: E402
+from run_journal.cli.serve import served_app  # noqa: E402
 from run_journal.http import create_app, router  # noqa: E402
 
 RUN_JOURNAL = str(Path(sys.executable).with_name("run-journal"))
@@ -130,7 +131,8 @@ def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
             "asyncio.run(main())\n")
     subprocess.run([sys.executable, "-c", seed], check=True, timeout=60)
     env = {**os.environ, "RUN_JOURNAL_TOKEN": "from-env"}
-    process = subprocess.Popen([RUN_JOURNAL, url, "serve", "--port", "0"], stdout=subprocess.PIPE,
+    process = subprocess.Popen([RUN_JOURNAL, url, "serve", "--port", "0", "--allow-host", "journal.lan"],
+                               stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
     assert process.stdout is not None
     banner = process.stdout.readline()
@@ -152,6 +154,13 @@ def test_serve_listens_on_loopback_asks_for_the_token_and_stops_cleanly_on_ctrl_
         assert answer.status_code == 200
         assert answer.json()["data"][0]["thread_id"] == "t1"
         assert client.get("").status_code == 200
+        rebound = client.get("api/threads", headers={"Authorization": "Bearer from-env",
+                                                     "Host": "attacker.example"})
+        assert rebound.status_code == 400
+        assert rebound.json()["error"] == "bad_request"
+        allowed = client.get("api/threads", headers={"Authorization": "Bearer from-env",
+                                                     "Host": "journal.lan"})
+        assert allowed.status_code == 200
     lines: list[str] = []
 
     def follow() -> None:  # a viewer following the thread when the server is stopped
@@ -213,3 +222,53 @@ async def test_errors_outside_a_route_answer_the_documented_json_shape() -> None
             assert body["detail"]
         not_allowed = await client.post("/api/threads")
         assert "GET" in not_allowed.headers["allow"]
+
+
+# -- Host names (DNS rebinding) --------------------------------------------------------------------------
+def every_request(app: Any, store: MemoryRunEventStore) -> list[tuple[str, str]]:
+    """(method, path) of every route the application has (its own and the journal router's, which
+    it includes), path parameters filled in."""
+    found = []
+    for route in [*(route for route in app.routes if hasattr(route, "path")), *router(store).routes]:
+        path = re.sub(r"\{(\w+)(:\w+)?\}", lambda m: {"thread_id": "t1", "run_id": "r1"}.get(m[1], "x"),
+                      route.path)
+        found += [(method, path) for method in sorted(getattr(route, "methods", None) or {"GET"})
+                  if method != "HEAD"]
+    return found
+
+
+@pytest.mark.parametrize("foreign", ["evil.example", "evil.example:8765", "127.0.0.1.evil.example",
+                                     "localhost.evil.example:8765", "", None])
+async def test_serve_answers_no_foreign_host_on_any_route(foreign: str | None) -> None:
+    store = await seeded()
+    app = served_app(store, token=None, user_header=None, host="127.0.0.1", bound="127.0.0.1",
+                     allow_hosts=["journal.internal"])
+    requests = every_request(app, store)
+    assert {path for _, path in requests} >= {p.format(thread_id="t1", run_id="r1") for p in ENDPOINTS}
+    assert ("GET", "/api/openapi.json") in requests
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://j") as client:
+        for method, path in requests:
+            request = client.build_request(method, path)
+            if foreign is None:
+                del request.headers["host"]
+            else:
+                request.headers["host"] = foreign
+            response = await client.send(request)
+            assert response.status_code == 400, (method, path, foreign)
+            body = response.json()
+            assert body["error"] == "bad_request"
+            assert "--allow-host" in body["detail"]
+        for host in ("127.0.0.1:8765", "localhost:8765", "LOCALHOST", "[::1]:8765", "journal.internal",
+                     "journal.internal.:80"):
+            answer = await client.get("/api/threads", headers={"host": host})
+            assert answer.status_code == 200, host
+            assert (await client.get("/", headers={"host": host})).status_code == 200
+
+
+async def test_serve_on_every_interface_answers_its_addresses_and_allowed_names_only() -> None:
+    app = served_app(await seeded(), token=None, user_header=None, host="0.0.0.0", bound="0.0.0.0",
+                     allow_hosts=["box.lan"])
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://j") as client:
+        for host, status in (("192.168.1.20:8765", 200), ("[fe80::1]:8765", 200), ("box.lan", 200),
+                             ("localhost", 200), ("rebound.example", 400), ("box.lan.example", 400)):
+            assert (await client.get("/api/threads", headers={"host": host})).status_code == status, host
