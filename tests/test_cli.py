@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -667,3 +668,67 @@ def test_short_ids_are_the_shortest_unique_prefixes_of_the_listing() -> None:
         assert len(shown) == len(run_id) or not any(o.startswith(shown) for o in ids[:200] if o != run_id)
         assert len(shown) == SHORT_ID or any(o.startswith(shown[:-1]) for o in others)
     assert ShortIds(ids, full=True)(ids[0]) == ids[0]
+
+
+# -- store URLs in messages: the password hidden, the failing store named ------------------------------
+PASSWORD = "hunter2-not-shown"
+COMMAND_ARGS: dict[str, list[str]] = {
+    "threads": [], "runs": ["t1"], "show": ["r1"], "events": ["t1"], "tail": ["t1"], "verify": [],
+    "export": [], "copy": ["memory://"], "usage": [], "reconcile": ["--older-than", "1h"],
+    "serve": ["--port", "0"], "reprice": [], "prune": ["--older-than", "30d"], "check": ["suite.yaml"],
+    "diff": ["r1", "r2"],
+}
+
+
+def commands_of_help(cli: Cli) -> set[str]:
+    """The commands ``--help`` lists: a new command must be added to COMMAND_ARGS."""
+    text = cli("--help").stdout.split("COMMAND", 2)[2].split("\n\n", 1)[0]
+    return {match[1] for line in text.splitlines() if (match := re.match(r"    (\w[\w-]*)\s", line))}
+
+
+def assert_hidden(done: Done, code: int, needle: str) -> None:
+    assert_one_line_error(done, code, needle)
+    assert PASSWORD not in done.stdout + done.stderr
+    assert "***" in done.stderr
+
+
+def test_every_command_fails_on_an_unreachable_store_naming_it_without_its_password(cli: Cli) -> None:
+    assert commands_of_help(cli) == set(COMMAND_ARGS)
+    postgres = f"postgresql://postgres:{PASSWORD}@127.0.0.1:9/nothing"
+    redis = f"redis://:{PASSWORD}@127.0.0.1:9/0"
+    misspelt = f"postgresq://someone:{PASSWORD}@db.example/journal"
+    for command, args in COMMAND_ARGS.items():
+        role = "source store" if command == "copy" else "store"
+        assert_hidden(cli(postgres, command, *args), 1,
+                      f"{role} postgresql://postgres:***@127.0.0.1:9/nothing: ")
+        assert_hidden(cli(redis, command, *args), 1, f"{role} redis://:***@127.0.0.1:9/0: ")
+        assert_hidden(cli(misspelt, command, *args), 2, "unknown store URL scheme 'postgresq'")
+        assert_hidden(cli(f"postgresql+psycopg://u:{PASSWORD}@h/db", command, *args), 2, "asyncpg")
+
+
+def test_copy_and_prune_name_the_destination_or_archive_that_failed(cli: Cli, sqlite_url: str) -> None:
+    unreachable = f"postgresql://postgres:{PASSWORD}@127.0.0.1:9/nothing"
+    assert_hidden(cli(sqlite_url, "copy", unreachable), 1,
+                  "destination postgresql://postgres:***@127.0.0.1:9/nothing: ConnectionRefusedError")
+    assert_hidden(cli(sqlite_url, "prune", "--older-than", "30d", "--archive", unreachable), 1,
+                  "archive postgresql://postgres:***@127.0.0.1:9/nothing: cannot be opened: "
+                  "ConnectionRefusedError")
+    assert cli(sqlite_url, "threads").stdout.count("\n") == 3  # nothing was removed
+
+
+def test_an_archive_that_fails_while_copying_is_named_not_the_source(cli: Cli, sqlite_url: str,
+                                                                       tmp_path: Path) -> None:
+    import sqlite3
+
+    archive = f"sqlite:///{tmp_path}/archive.db"
+    asyncio.run(open_store(archive).setup())
+    with sqlite3.connect(tmp_path / "archive.db") as connection:  # the archive's disk "fills up"
+        connection.execute("CREATE TRIGGER full BEFORE INSERT ON run_journal_events "
+                           "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
+    done = cli(sqlite_url, "prune", "--older-than", "30d", "--archive", archive)
+    assert_one_line_error(done, 1, f"archive {archive}: while copying thread 't1': ")
+    assert "disk is full" in done.stderr
+    assert sqlite_url not in done.stderr
+    listed = cli(sqlite_url, "threads").stdout
+    assert "t1" in listed
+    assert "t2" in listed

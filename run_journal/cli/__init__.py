@@ -21,7 +21,7 @@ from typing import Any, Final, TextIO
 from urllib.parse import urlsplit
 
 from run_journal.cli.check import add_check_command
-from run_journal.cli.common import CliError, Command
+from run_journal.cli.common import CliError, Command, blamed, describe, hide_passwords, is_backend_error
 from run_journal.cli.diff import add_diff_command
 from run_journal.cli.maintenance import cmd_copy, cmd_export, cmd_reconcile, cmd_verify
 from run_journal.cli.otlp import add_otlp_arguments
@@ -29,12 +29,10 @@ from run_journal.cli.prune import add_prune_command
 from run_journal.cli.reading import cmd_events, cmd_runs, cmd_show, cmd_tail, cmd_threads, cmd_usage
 from run_journal.cli.reprice import add_reprice_command
 from run_journal.cli.serve import add_serve_command
-from run_journal.stores.base import StoreError
-from run_journal.stores.urls import file_path_of, open_store
+from run_journal.stores.urls import display_url, file_path_of, open_store
 
 __all__ = ["build_parser", "main"]
 
-_BACKEND_MODULES: Final = ("sqlalchemy", "asyncpg", "aiosqlite", "sqlite3", "redis")
 INTERRUPTED: Final = 130
 """Exit status after Ctrl-C (128 + SIGINT), whatever the command was doing."""
 EPILOG: Final = """\
@@ -167,24 +165,27 @@ def check_location(url: str) -> None:
         return
     path = Path(file_path_of(url.split("?", 1)[0]))
     if str(path) not in {":memory:", ""} and not path.exists():
-        raise CliError(f"no store at {path.absolute()} (from {url})")
+        raise CliError(f"no store at {path.absolute()} (from {display_url(url)})")
 
 
 async def run(args: argparse.Namespace, out: TextIO) -> int:
     check_location(args.url)
     command: Command = args.handler
-    async with open_store(args.url) as store:
-        return await command(store, args, out)
+    store = open_store(args.url)
+    role = "source store" if args.command == "copy" else "store"
+    with blamed(role, args.url):
+        await store.setup()
+    try:
+        with blamed(role, args.url):  # the command names any other store that fails (blamed too)
+            return await command(store, args, out)
+    finally:
+        with blamed(role, args.url):
+            await store.aclose()
 
 
-def describe(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
-def is_backend_error(error: BaseException) -> bool:
-    module = type(error).__module__.split(".", 1)[0]
-    return isinstance(error, StoreError | OSError | TimeoutError) or module in _BACKEND_MODULES
+def urls_of(args: argparse.Namespace) -> list[str | None]:
+    """Every URL of the command line (stores, a collector): their passwords are never printed."""
+    return [getattr(args, name, None) for name in ("url", "destination", "archive", "endpoint")]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -209,18 +210,22 @@ def _main(args_list: list[str]) -> int:
     except CliError as error:
         if args.traceback:
             raise
-        print(f"run-journal: {error}", file=sys.stderr)
+        _say(str(error), args)
         return error.code
     except (ValueError, ImportError) as error:
         if args.traceback:
             raise
-        print(f"run-journal: {str(error).strip() or describe(error)}", file=sys.stderr)
+        _say(str(error).strip() or describe(error), args)
         return 2
     except Exception as error:
         if args.traceback or not is_backend_error(error):
             raise
-        print(f"run-journal: {args.url}: {describe(error)}", file=sys.stderr)
+        _say(f"store {display_url(args.url)}: {describe(error)}", args)
         return 1
+
+
+def _say(message: str, args: argparse.Namespace) -> None:
+    print(f"run-journal: {hide_passwords(message, urls_of(args))}", file=sys.stderr)
 
 
 if __name__ == "__main__":

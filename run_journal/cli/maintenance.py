@@ -3,25 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from typing import TextIO
 
 from run_journal.cli.common import (
     PAGE,
     all_threads,
+    blamed,
     emit,
     emit_json,
     ranges,
     require_thread,
     resolve_run,
     runs_without_row,
-    shown_url,
 )
 from run_journal.envelope import RunEvent
 from run_journal.projections import find_gaps, iter_events, reconcile_orphans, status_of
 from run_journal.runs import STATUS_AFTER
 from run_journal.stores.base import RunEventStore
-from run_journal.stores.urls import open_store
+from run_journal.stores.urls import display_url, open_store
 
 
 async def cmd_verify(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
@@ -117,24 +118,35 @@ async def cmd_copy(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
     for thread_id in args.threads:  # before the destination is opened (and perhaps created)
         await require_thread(store, thread_id)
     threads = args.threads or await all_threads(store)
-    async with open_store(args.destination) as destination:
+    to = functools.partial(blamed, "destination", args.destination)
+    destination = open_store(args.destination)
+    with to():
+        await destination.setup()
+    try:
         written = total = moved = 0
         for thread_id in threads:
-            before = await destination.last_seq(thread_id)
+            with to():
+                before = await destination.last_seq(thread_id)
             batch: list[RunEvent] = []
             async for event in iter_events(store, thread_id):
                 batch.append(event)
                 if len(batch) >= PAGE:
-                    moved += await _copy_batch(destination, batch)
+                    with to():
+                        moved += await _copy_batch(destination, batch)
                     total, batch = total + len(batch), []
-            moved += await _copy_batch(destination, batch)
-            total += len(batch)
-            written += await destination.last_seq(thread_id) - before
+            with to():
+                moved += await _copy_batch(destination, batch)
+                total += len(batch)
+                written += await destination.last_seq(thread_id) - before
         runs = [row for thread_id in threads for row in await store.list_runs(thread_id)]
         for row in runs:
-            await destination.put_run(row)
+            with to():
+                await destination.put_run(row)
+    finally:
+        with to():
+            await destination.aclose()
     emit(out, f"copied {total} events ({written} new) and {len(runs)} run rows of {len(threads)} thread(s) "
-              f"to {shown_url(args.destination)}")
+              f"to {display_url(args.destination)}")
     if moved:
         emit(out, f"warning: {moved} events got a different seq in the destination "
                   "(it already held other events of those threads, or the source has holes)")

@@ -18,8 +18,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final, TextIO
 
-from run_journal.cli.common import CliError, emit, shown_url
+from run_journal.cli.common import CliError, emit
 from run_journal.stores.base import RunEventStore
+from run_journal.stores.urls import display_url
 
 __all__ = ["add_serve_command", "cmd_serve"]
 
@@ -98,7 +99,7 @@ async def cmd_serve(store: RunEventStore, args: argparse.Namespace, out: TextIO)
     if not _is_loopback(args.host) and token is None:
         print(f"run-journal: warning: listening on {args.host} without --token: anyone who can reach "
               "this port can read every run", file=sys.stderr)
-    emit(out, f"run-journal: serving {shown_url(args.url)} at http://{shown_host}:{port}/ "
+    emit(out, f"run-journal: serving {display_url(args.url)} at http://{shown_host}:{port}/ "
               f"({'token required' if token else 'no token'}); Ctrl-C stops")
     out.flush()
     config = uvicorn.Config(app, log_level="info" if args.access_log else "warning",

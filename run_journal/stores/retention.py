@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from run_journal.envelope import RunEvent
 from run_journal.runs import STATUS_AFTER, RunRow, RunStatus
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 PRUNE_PAGE: Final = 1000
 """Threads examined per ``list_threads`` page, and events read or copied per step, by ``prune``."""
 LIFECYCLE_TYPES: Final = tuple(sorted(STATUS_AFTER))
+T = TypeVar("T")
 
 
 def prune_cutoff(older_than: timedelta | datetime) -> datetime:
@@ -89,6 +90,17 @@ class PruneResult:
     @property
     def runs(self) -> int:
         return sum(item.runs for item in self.threads)
+
+
+class ArchiveError(RuntimeError):
+    """The archive failed (could not be opened, or refused a write or a read): ``prune`` stops and
+    removes nothing more; threads already copied and removed stay so. The message says where it
+    failed; the archive's own error is the ``__cause__``."""
+
+
+def _archive_failure(what: str, error: BaseException) -> ArchiveError:
+    lines = str(error).strip().splitlines()
+    return ArchiveError(f"{what}: {type(error).__name__}" + (f": {lines[0]}" if lines else ""))
 
 
 class _Resumed(Exception):
@@ -187,15 +199,16 @@ class _Pruner:
 
         Every event keeps its seq or nothing of it is written: seqs the archive has assigned
         already must hold these very events (an earlier prune that stopped half-way), and the
-        rest must continue the archive's thread without a gap.
+        rest must continue the archive's thread without a gap. A failure of the archive itself
+        (not a refusal of the copy) is an ``ArchiveError``.
         """
-        expected = await archive.last_seq(thread_id)
+        on_archive = functools.partial(_on_archive, f"while copying thread {thread_id!r}")
+        expected = await on_archive(archive.last_seq(thread_id))
         copied = 0
         async for page in _pages(self.store, thread_id, through):
             held = [event for event in page if event.seq <= expected]
             if held:
-                there = {event.seq: event.event_id async for event in
-                         _between(archive, thread_id, held[0].seq - 1, held[-1].seq)}
+                there = await on_archive(_ids_between(archive, thread_id, held[0].seq - 1, held[-1].seq))
                 wrong = next((event for event in held if there.get(event.seq) != event.event_id), None)
                 if wrong is not None:
                     return copied, f"seq {wrong.seq} of this thread holds another event in the archive"
@@ -206,7 +219,7 @@ class _Pruner:
                                     f"the archive: seq {event.seq} would be renumbered")
                 expected = event.seq
             try:
-                stored = await archive.put_batch([event.as_new_event() for event in fresh])
+                stored = await on_archive(archive.put_batch([event.as_new_event() for event in fresh]))
             except ValueError as error:  # RunIdTakenError: the archive has that run id elsewhere
                 return copied, str(error)
             moved = next((event for event, copy in zip(fresh, stored, strict=True)
@@ -216,12 +229,27 @@ class _Pruner:
             copied += len(page)
         for row in rows:
             try:
-                stored_row = await archive.put_run(row)
+                stored_row = await on_archive(archive.put_run(row))
             except ValueError as error:
                 return copied, f"run {row.run_id!r}: {error}"
             if stored_row.status != row.status:
                 return copied, f"the archive holds run {row.run_id!r} as {stored_row.status}"
         return copied, ""
+
+
+async def _on_archive(what: str, call: Awaitable[T]) -> T:
+    """An archive call whose failure (anything but the contract's refusals, ``ValueError`` and
+    ``TypeError``) becomes an ``ArchiveError`` saying ``what`` was being done."""
+    try:
+        return await call
+    except (ValueError, TypeError):
+        raise
+    except Exception as error:
+        raise _archive_failure(what, error) from error
+
+
+async def _ids_between(store: RunEventStore, thread_id: str, after: int, through: int) -> dict[int, str]:
+    return {event.seq: event.event_id async for event in _between(store, thread_id, after, through)}
 
 
 async def _pages(
@@ -272,5 +300,9 @@ async def prune(
     """``store.prune``, its arguments checked: an archive given as a URL is opened for the call."""
     if not isinstance(archive, str):
         return await _Pruner(store, cutoff, archive, dry_run).run(thread_id)
-    async with open_store(archive) as opened:
+    opened = open_store(archive)  # a URL it cannot use is a ValueError, as for any store
+    await _on_archive("cannot be opened", opened.setup())
+    try:
         return await _Pruner(store, cutoff, opened, dry_run).run(thread_id)
+    finally:
+        await opened.aclose()
