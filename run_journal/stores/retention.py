@@ -31,6 +31,20 @@ LIFECYCLE_TYPES: Final = tuple(sorted(STATUS_AFTER))
 T = TypeVar("T")
 
 
+DURABLE_ONLY: Final = frozenset({"memory"})
+"""URL schemes an archive may not have: the store is gone when the process ends."""
+
+
+def check_archive_url(url: str) -> str:
+    """An archive given as a URL must outlive the call: ``memory://`` is refused."""
+    scheme = url.partition("://")[0].lower().split("+", 1)[0] if isinstance(url, str) else ""
+    if scheme in DURABLE_ONLY:
+        raise ValueError(f"an archive must be a durable store, not {url}: a {scheme}:// store is "
+                         "gone when the process ends (use jsonl:///archive, sqlite:///archive.db, "
+                         "postgresql://... or redis://...)")
+    return url
+
+
 def prune_cutoff(older_than: timedelta | datetime) -> datetime:
     """The moment a thread's last event must be older than: now minus an age, or a given moment."""
     if isinstance(older_than, datetime):
@@ -234,7 +248,23 @@ class _Pruner:
                 return copied, f"run {row.run_id!r}: {error}"
             if stored_row.status != row.status:
                 return copied, f"the archive holds run {row.run_id!r} as {stored_row.status}"
-        return copied, ""
+        return copied, await self.read_back(archive, thread_id, through, copied, rows)
+
+    async def read_back(
+        self, archive: RunEventStore, thread_id: str, through: int, copied: int, rows: Sequence[RunRow]
+    ) -> str:
+        """The archive's copy read back before anything is removed: as many events through
+        ``through`` as the source holds, and every run row; otherwise the problem."""
+        on_archive = functools.partial(_on_archive, f"while reading back thread {thread_id!r}")
+        held = await on_archive(_count_between(archive, thread_id, 0, through))
+        if held != copied:
+            return (f"the archive holds {held} of the {copied} events it took (read back before "
+                    "removing anything)")
+        kept = {row.run_id for row in await on_archive(archive.list_runs(thread_id))}
+        missing = [row.run_id for row in rows if row.run_id not in kept]
+        if missing:
+            return f"the archive lost run row {missing[0]!r} it took (read back before removing anything)"
+        return ""
 
 
 async def _on_archive(what: str, call: Awaitable[T]) -> T:
@@ -246,6 +276,10 @@ async def _on_archive(what: str, call: Awaitable[T]) -> T:
         raise
     except Exception as error:
         raise _archive_failure(what, error) from error
+
+
+async def _count_between(store: RunEventStore, thread_id: str, after: int, through: int) -> int:
+    return sum([1 async for _ in _between(store, thread_id, after, through)])
 
 
 async def _ids_between(store: RunEventStore, thread_id: str, after: int, through: int) -> dict[int, str]:
