@@ -732,3 +732,32 @@ def test_an_archive_that_fails_while_copying_is_named_not_the_source(cli: Cli, s
     listed = cli(sqlite_url, "threads").stdout
     assert "t1" in listed
     assert "t2" in listed
+
+
+# -- a newcomer's command lines ----------------------------------------------------------------------
+@pytest.mark.parametrize(("typed", "meant"), [
+    ("sqlite:journal.db", "sqlite:///journal.db"), ("jsonl:dir", "jsonl:///dir"),
+    ("sqlite:", "sqlite:///journal.db"), ("jsonl:", "jsonl:///journal"), ("sqlite://act.db", "sqlite:///act.db"),
+    ("sqlite:/var/lib/j.db", "sqlite:////var/lib/j.db"), ("SQLite:j.db", "SQLite:///j.db"),
+    ("sqlite:///", "sqlite:///journal.db"),
+])
+def test_a_file_url_without_its_slashes_is_one_line_with_the_corrected_url(
+    cli: Cli, typed: str, meant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for command in (["threads"], ["runs", "t1"], ["copy", "memory://"]):
+        assert_one_line_error(cli(typed, *command), 2, f"{typed!r} is not a store URL: did you mean {meant}?")
+    assert list(tmp_path.iterdir()) == []  # nothing created
+
+
+def test_the_command_before_the_url_says_the_url_comes_first(cli: Cli, sqlite_url: str) -> None:
+    assert_one_line_error(cli("threads", sqlite_url), 2,
+                          f"the store URL comes first, then the command: run-journal {sqlite_url} threads")
+    assert_one_line_error(cli("--traceback", "runs", sqlite_url, "t1", "--json"), 2,
+                          f"run-journal --traceback {sqlite_url} runs t1 --json")
+    hidden = cli("events", "postgresql://ada:hunter2@db/app", "t1")
+    assert_one_line_error(hidden, 2, "run-journal postgresql://ada:***@db/app events t1")
+    assert "hunter2" not in hidden.stderr
+    assert_one_line_error(cli("threads"), 2, "run-journal URL threads")
+    assert cli(sqlite_url, "threads").returncode == 0
+    assert cli("copy", sqlite_url, "memory://").returncode == 0  # copy SRC DST stays accepted

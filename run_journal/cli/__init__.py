@@ -119,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_prune_command(sub)
     add_check_command(sub)
     add_diff_command(sub)
+    parser.set_defaults(commands=tuple(sub.choices))
     return parser
 
 
@@ -157,6 +158,45 @@ def _non_negative(text: str) -> int:
 
 
 # -- entry point ---------------------------------------------------------------------------------
+def command_line_mistake(parser: argparse.ArgumentParser, args_list: Sequence[str]) -> str | None:
+    """What a newcomer's command line gets wrong before argparse sees it: the command before the
+    URL, or a file URL without its slashes (``sqlite:journal.db``). None when it looks right."""
+    if any(word in {"-h", "--help", "--version"} for word in args_list):
+        return None
+    words = [word for word in args_list if not word.startswith("-")]
+    if not words:
+        return None
+    first = words[0]
+    if first in parser.get_default("commands"):
+        at = list(args_list).index(first)
+        before, after = list(args_list[:at]), list(args_list[at + 1:])
+        url = next((word for word in words[1:] if "://" in word or corrected_file_url(word)), None)
+        if url is not None:
+            after.remove(url)
+        line = " ".join([*before, display_url(url) if url else "URL", first, *after])
+        return f"the store URL comes first, then the command: run-journal {line}"
+    if (fixed := corrected_file_url(first)) is not None:
+        return (f"{first!r} is not a store URL: did you mean {fixed}? (a file store takes three "
+                "slashes and a path relative to the current directory, four for an absolute one)")
+    return None
+
+
+def corrected_file_url(url: str) -> str | None:
+    """The ``sqlite:`` or ``jsonl:`` URL meant by one without its three slashes (None: not such a
+    URL, or right already): ``sqlite:journal.db`` -> ``sqlite:///journal.db``, ``jsonl:/var/j``
+    -> ``jsonl:////var/j``, ``sqlite://j.db`` -> ``sqlite:///j.db``, ``sqlite:`` ->
+    ``sqlite:///journal.db`` (a path to put in)."""
+    scheme, colon, rest = url.partition(":")
+    if not colon or scheme.lower() not in {"sqlite", "jsonl"}:
+        return None
+    default = "journal.db" if scheme.lower() == "sqlite" else "journal"
+    if rest.startswith("///"):
+        return None if len(rest) > 3 else f"{scheme}:///{default}"
+    if rest.startswith("//"):
+        return f"{scheme}:///{rest[2:] or default}"
+    return f"{scheme}:///{rest or default}"  # "/abs/path" -> "////abs/path"
+
+
 def check_location(url: str) -> None:
     """No command creates an empty SQLite file or JSONL directory by accident (a mistyped path):
     the store it works on must exist (``copy`` creates only its destination)."""
@@ -199,6 +239,9 @@ def _main(args_list: list[str]) -> int:
     if len(args_list) >= 3 and args_list[0] == "copy":  # also accept ``copy SRC DST``
         args_list = [args_list[1], "copy", *args_list[2:]]
     parser = build_parser()
+    if (mistake := command_line_mistake(parser, args_list)) is not None:
+        print(f"run-journal: {mistake}", file=sys.stderr)
+        return 2
     args = parser.parse_args(args_list)
     try:
         return asyncio.run(run(args, sys.stdout))
