@@ -240,10 +240,11 @@ class PostgresRunEventStore(SqlRunEventStore):
             except DBAPIError as error:
                 if getattr(error.orig, "sqlstate", None) not in REFUSED:
                     raise
-                if loop.time() + pause > deadline:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
                     raise StoreError(f"PostgreSQL refused new connections for {self.connection_wait} s: "
                                      f"{error.orig}") from error
-                await asyncio.sleep(pause)
+                await asyncio.sleep(min(pause, remaining))
                 pause = min(pause * 2, 1.0)
         try:
             yield connection
