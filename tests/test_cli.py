@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from conftest import backend_url
 
-from run_journal import RunEventStore, RunRow, UsageTotals, open_store
+from run_journal import NewEvent, RunEventStore, RunRow, UsageTotals, open_store
 from run_journal.cli import main
 from run_journal.contract import validate_record
 
@@ -175,17 +175,34 @@ def test_threads_and_runs(cli: Cli, shared_url: str) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split()[:3] == ["thread", "events", "runs"]
-    assert [line.split()[:3] for line in lines[1:]] == [["t1", "10", "2"], ["t2", "10", "2"]]
+    assert [line.split()[:3] for line in lines[1:]] == [["t2", "10", "2"], ["t1", "10", "2"]]  # ties: id
     assert "\x1b[" not in result.stdout
     rows = [json.loads(line) for line in cli(shared_url, "threads", "--json").stdout.splitlines()]
-    assert rows[0] == {"thread_id": "t1", "events": 10, "runs": 2, "last_status": "error",
-                       "last_started_at": (START + timedelta(seconds=8)).isoformat(timespec="seconds")}
+    assert rows[1] == {"thread_id": "t1", "events": 10, "runs": 2, "last_status": "error",
+                       "last_started_at": (START + timedelta(seconds=8)).isoformat(timespec="seconds"),
+                       "last_activity_at": (START + timedelta(seconds=9)).isoformat(timespec="seconds")}
     runs = cli(shared_url, "runs", "t1")
     assert runs.returncode == 0
-    assert [line.split()[:2] for line in runs.stdout.splitlines()[1:]] == [["r1", "success"], ["r2", "error"]]
+    assert [line.split()[:2] for line in runs.stdout.splitlines()[1:]] == [["r2", "error"], ["r1", "success"]]
     as_json = cli(shared_url, "runs", "t1", "--json").stdout.splitlines()
     parsed = [RunRow.from_dict(json.loads(line)) for line in as_json]
-    assert [row.usage.total_tokens for row in parsed] == [15, 0]
+    assert [row.usage.total_tokens for row in parsed] == [0, 15]
+
+
+def test_threads_are_listed_by_latest_activity_most_recent_first(cli: Cli, url: str) -> None:
+    later = [e("t1", "r1", "tool.call", "trace", {"tool_name": "late"}, 600)]  # t1 is active again
+
+    async def touch() -> None:
+        async with open_store(url) as store:
+            await store.put_batch([NewEvent(**event) for event in later])
+            await store.put_batch([NewEvent(**e("t0", "t0r1", "run.start", "trace", {}, 300))])
+
+    asyncio.run(touch())
+    listed = [line.split()[0] for line in cli(url, "threads").stdout.splitlines()[1:]]
+    assert listed == ["t1", "t0", "t2"]
+    as_json = [json.loads(line) for line in cli(url, "threads", "--json").stdout.splitlines()]
+    assert [row["last_activity_at"] for row in as_json] == [
+        (START + timedelta(seconds=n)).isoformat(timespec="seconds") for n in (600, 300, 9)]
 
 
 def test_show_prints_a_timeline_and_totals(cli: Cli, shared_url: str) -> None:
@@ -331,11 +348,11 @@ def test_run_ids_can_be_shortened_to_a_unique_prefix(cli: Cli, prefixed_url: str
 
 def test_listings_show_short_ids_unless_asked_and_json_keeps_them_whole(cli: Cli, prefixed_url: str) -> None:
     runs = cli(prefixed_url, "runs", "p").stdout.splitlines()
-    assert [line.split()[0] for line in runs[1:]] == ["8f3a9c21d", "8f3a9c21f"]  # 8 would be the same
+    assert [line.split()[0] for line in runs[1:]] == ["8f3a9c21f", "8f3a9c21d"]  # 8 would be the same
     full = cli(prefixed_url, "runs", "p", "--full-ids").stdout.splitlines()
-    assert [line.split()[0] for line in full[1:]] == [ALPHA, BRAVO]
+    assert [line.split()[0] for line in full[1:]] == [BRAVO, ALPHA]  # newest first
     assert [json.loads(line)["run_id"] for line in
-            cli(prefixed_url, "runs", "p", "--json").stdout.splitlines()] == [ALPHA, BRAVO]
+            cli(prefixed_url, "runs", "p", "--json").stdout.splitlines()] == [BRAVO, ALPHA]
     events = cli(prefixed_url, "events", "p").stdout.splitlines()[1:]
     assert [line.split()[2] for line in events] == ["8f3a9c21d", "8f3a9c21d", "8f3a9c21f", "8f3a9c21f",
                                                     "5b6e7d1a", "5b6e7d1a"]
@@ -489,6 +506,7 @@ def test_ctrl_c_anywhere_is_status_130_without_a_traceback(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(RunEventStore, "list_threads", interrupted)
+    monkeypatch.setattr(RunEventStore, "list_recent_threads", interrupted)
     assert cli(sqlite_url, *command) == Done(130, "", "")
 
 

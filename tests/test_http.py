@@ -118,33 +118,36 @@ async def test_threads_page_by_page_with_counts_and_latest_run(store: RunEventSt
             assert page["next_after"] is None
             break
         after = page["next_after"]
-    assert seen == ["t0", "t1", "t2", "t3", "t4"]
+    assert seen == ["t4", "t3", "t2", "t1", "t0"]  # equally recent: the greater id first
     first = (await get_json(client, "/api/threads", limit=1))["data"][0]
     assert first["run_count"] == 2
     assert first["message_count"] == 6
     assert first["total_tokens"] == 240
     assert first["cost_usd"] == pytest.approx(0.004)
     latest = first["latest_run"]
-    assert latest["run_id"] == "t0-r2"
+    assert latest["run_id"] == "t4-r2"
     assert latest["status"] == "error"
     assert latest["duration_ms"] == 2000
     assert latest["total_tokens"] == 120
-    assert latest["first_human_message"] == "hello from t0-r2"
+    assert latest["first_human_message"] == "hello from t4-r2"
 
 
-async def test_runs_in_start_order_with_usage_by_model_and_caller(store: RunEventStore, client: Any) -> None:
+async def test_runs_newest_first_with_usage_by_model_and_caller(store: RunEventStore, client: Any) -> None:
     for n in range(3):
         await store.put_batch(a_turn(f"r{n}", second=10 * n))
         await store.put_run(row(f"r{n}", second=10 * n, status="running" if n == 2 else "success"))
     page = await get_json(client, f"/api/threads/{T}/runs")
-    assert [run["run_id"] for run in page["data"]] == ["r0", "r1", "r2"]
+    assert [run["run_id"] for run in page["data"]] == ["r2", "r1", "r0"]
     assert page["total"] == 3
     assert page["has_more"] is False
-    first, second = (await get_json(client, f"/api/threads/{T}/runs", limit=2))["data"], \
+    first, second = (await get_json(client, f"/api/threads/{T}/runs", limit=2)), \
         (await get_json(client, f"/api/threads/{T}/runs", limit=2, offset=2))
-    assert [run["run_id"] for run in first] == ["r0", "r1"]
-    assert [run["run_id"] for run in second["data"]] == ["r2"]
+    assert [run["run_id"] for run in first["data"]] == ["r2", "r1"]
+    assert [run["run_id"] for run in second["data"]] == ["r0"]
     assert second["next_offset"] is None
+    by_cursor = await get_json(client, f"/api/threads/{T}/runs", limit=2, after=first["next_after"])
+    assert by_cursor["data"] == second["data"]
+    assert by_cursor["next_after"] is None
 
     run = await get_json(client, f"/api/threads/{T}/runs/r0")
     assert run["row"] is True
@@ -155,6 +158,41 @@ async def test_runs_in_start_order_with_usage_by_model_and_caller(store: RunEven
     assert run["usage_by_model"]["gpt-a"]["input_tokens"] == 60
     assert run["usage_by_caller"]["subagent:researcher"]["total_tokens"] == 35
     assert (await get_json(client, f"/api/threads/{T}/runs/r2"))["duration_ms"] is None
+
+
+async def test_threads_and_runs_are_listed_by_latest_activity_most_recent_first(store: RunEventStore) -> None:
+    """Not by id: the thread written to last comes first, a page at a time, for everyone and within
+    a user's scope (by that user's own newest event)."""
+    await store.put_batch(a_turn("b-r1", thread="b", user="alice", second=0))
+    await store.put_batch(a_turn("c-r1", thread="c", user="bob", second=10))
+    await store.put_batch(a_turn("a-r1", thread="a", user="alice", second=20))
+    await store.put_batch(a_turn("b-r2", thread="b", user="bob", second=30))  # b is active again
+    for run, thread, user, second in (("b-r1", "b", "alice", 0), ("c-r1", "c", "bob", 10),
+                                      ("a-r1", "a", "alice", 20), ("b-r2", "b", "bob", 30)):
+        await store.put_run(row(run, thread=thread, user=user, second=second))
+    for scope, expected in ((None, ["b", "a", "c"]), ("alice", ["a", "b"]), ("bob", ["b", "c"])):
+        app = create_app(store, user_header="X-User") if scope else create_app(store)
+        headers = {"X-User": scope} if scope else {}
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://journal",
+                                     headers=headers) as client:
+            seen: list[str] = []
+            stamps: list[str] = []
+            after = None
+            while True:
+                page = await get_json(client, "/api/threads", limit=1, **({"after": after} if after else {}))
+                seen += [thread["thread_id"] for thread in page["data"]]
+                stamps += [thread["last_activity_at"] for thread in page["data"]]
+                if not page["has_more"]:
+                    break
+                after = page["next_after"]
+            assert seen == expected, scope
+            assert stamps == sorted(stamps, reverse=True)
+            if scope is None:
+                assert stamps[0] == at(30.6).isoformat()
+                runs = await get_json(client, "/api/threads/b/runs")
+                assert [run["run_id"] for run in runs["data"]] == ["b-r2", "b-r1"]
+            bad = await get_json(client, "/api/threads", 400, after="t1")
+            assert "after" in bad["detail"]
 
 
 async def test_a_run_with_events_but_no_row_is_folded_from_its_events(

@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlsplit
 from run_journal.envelope import RunEvent, validate_id
 from run_journal.projections import iter_events
 from run_journal.stores.base import MAX_PAGE, RunEventStore, StoreError
+from run_journal.stores.queries import ThreadActivity
 from run_journal.stores.urls import display_url
 
 PAGE: Final = 1000
@@ -139,6 +140,17 @@ async def all_threads(store: RunEventStore) -> list[str]:
         threads.extend(page)
         if len(page) < MAX_PAGE:
             return threads
+
+
+async def recent_threads(store: RunEventStore) -> AsyncIterator[ThreadActivity]:
+    """Every thread holding events, most recently active first (``list_recent_threads``, paged)."""
+    before: str | None = None
+    while page := await store.list_recent_threads(limit=MAX_PAGE, before=before):
+        for activity in page:
+            yield activity
+        if len(page) < MAX_PAGE:
+            return
+        before = page[-1].cursor
 
 
 async def require_thread(store: RunEventStore, thread_id: str) -> None:

@@ -207,24 +207,27 @@ def router(
     api_get = api.get  # every endpoint is a GET
 
     @api_get("/api/threads", response_model=schema.ThreadPage, dependencies=dependencies,
-             summary="Threads, with their counts and latest run")
+             summary="Threads, most recently active first, with their counts and latest run")
     async def list_threads(
         user: User,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
-        after: Annotated[str | None, Query(description="The previous page's next_after.")] = None,
+        after: Annotated[str | None, Query(max_length=300,
+                                           description="The previous page's next_after.")] = None,
     ) -> Response:
-        cursor = validate_id("after", after) if after is not None else None
-        return json_response(await views.thread_page(store, limit=limit, after=cursor, user_id=user))
+        return json_response(await views.thread_page(store, limit=limit, after=after, user_id=user))
 
     @api_get("/api/threads/{thread_id}/runs", response_model=schema.RunPage,
-             dependencies=dependencies, summary="A thread's runs, in start order")
+             dependencies=dependencies, summary="A thread's runs, newest first")
     async def list_runs(
         thread_id: str, user: User,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
         offset: Annotated[int, Query(ge=0)] = 0,
+        after: Annotated[str | None, Query(description="The previous page's next_after (instead "
+                                                       "of offset).")] = None,
     ) -> Response:
+        cursor = validate_id("after", after) if after is not None else None
         return json_response(await views.run_page(store, thread_of(thread_id), limit=limit,
-                                                  offset=offset, user_id=user))
+                                                  offset=offset, after=cursor, user_id=user))
 
     @api_get("/api/threads/{thread_id}/runs/{run_id}", response_model=schema.RunDetail,
              dependencies=dependencies, summary="One run row, with usage by model and caller")

@@ -82,6 +82,8 @@ class Thread(BaseModel):
     """A thread and the totals of its run rows (a thread with events but no run row has zeros)."""
 
     thread_id: str
+    last_activity_at: str = Field(description="ISO 8601: the newest event's created_at (the "
+                                              "caller's newest, in a user-scoped list).")
     run_count: int
     message_count: int
     total_tokens: int
@@ -90,16 +92,17 @@ class Thread(BaseModel):
 
 
 class ThreadPage(BaseModel):
-    data: list[Thread]
+    data: list[Thread] = Field(description="Most recently active first.")
     has_more: bool
     next_after: str | None = Field(description="Pass as ``after`` for the next page.")
 
 
 class RunPage(BaseModel):
-    data: list[Run]
+    data: list[Run] = Field(description="Newest first.")
     total: int
     has_more: bool
     next_offset: int | None
+    next_after: str | None = Field(description="Pass as ``after`` for the next page.")
 
 
 class HistoryPage(BaseModel):

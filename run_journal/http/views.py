@@ -94,10 +94,11 @@ async def require_thread(store: RunEventStore, thread_id: str, user_id: str | No
     raise NotFound(f"thread {thread_id!r} not found")
 
 
-def _thread_summary(thread_id: str, runs: Sequence[RunRow]) -> JsonObject:
+def _thread_summary(thread_id: str, runs: Sequence[RunRow], last_activity_at: str) -> JsonObject:
     usage = summarize_usage(runs).total
     return {
         "thread_id": thread_id,
+        "last_activity_at": last_activity_at,
         "run_count": len(runs),
         "message_count": sum(row.message_count for row in runs),
         "total_tokens": usage.total_tokens,
@@ -109,29 +110,51 @@ def _thread_summary(thread_id: str, runs: Sequence[RunRow]) -> JsonObject:
 async def thread_page(
     store: RunEventStore, *, limit: int, after: str | None, user_id: str | None
 ) -> JsonObject:
-    """Thread ids in ascending order (``after`` is the cursor), each with its run count, message and
-    token totals and latest run, from its run rows: one ``list_threads`` call, then one ``list_runs``
-    per thread of the page (one after the other: concurrent calls measured slower on PostgreSQL)."""
-    ids = await store.list_threads(limit=min(limit + 1, MAX_PAGE), after=after, user_id=user_id)
-    has_more = len(ids) > limit
-    ids = ids[:limit]
+    """Threads by latest activity, most recent first (the store's ``list_recent_threads``; ``after``
+    is the previous page's ``next_after``), each with its run count, message and token totals and
+    latest run, from its run rows: one ``list_recent_threads`` call, then one ``list_runs`` per
+    thread of the page (one after the other: concurrent calls measured slower on PostgreSQL)."""
+    try:
+        page = await store.list_recent_threads(limit=min(limit + 1, MAX_PAGE), before=after,
+                                               user_id=user_id)
+    except ValueError:
+        raise ValueError(f"after must be a next_after this listing returned, got {after!r}") from None
+    has_more = len(page) > limit
+    page = page[:limit]
     data: list[JsonValue] = [
-        _thread_summary(thread_id, _owned(await store.list_runs(thread_id), user_id)) for thread_id in ids
+        _thread_summary(item.thread_id, await store.list_runs(item.thread_id, user_id=user_id),
+                        item.last_activity_at.isoformat())
+        for item in page
     ]
-    return {"data": data, "has_more": has_more, "next_after": ids[-1] if has_more else None}
+    return {"data": data, "has_more": has_more, "next_after": page[-1].cursor if has_more else None}
 
 
 async def run_page(
-    store: RunEventStore, thread_id: str, *, limit: int, offset: int, user_id: str | None
+    store: RunEventStore, thread_id: str, *, limit: int, offset: int, after: str | None,
+    user_id: str | None,
 ) -> JsonObject:
-    """A thread's runs in start order, ``limit`` from ``offset``."""
-    runs = await require_thread(store, thread_id, user_id)
-    chunk = runs[offset: offset + limit]
+    """A thread's runs, newest first (the store's order): ``limit`` from ``offset``, or after the
+    run ``after`` (the previous page's ``next_after``)."""
+    if after is not None:
+        try:
+            rows = await store.list_runs(thread_id, user_id=user_id, newest_first=True, limit=limit + 1,
+                                         after=after)
+        except ValueError:
+            raise ValueError(f"after must be a next_after this listing returned, got {after!r}") from None
+    else:
+        through = offset + limit + 1
+        rows = (await store.list_runs(thread_id, user_id=user_id, newest_first=True,
+                                      limit=through if through <= MAX_PAGE else None))[offset:]
+    if not rows and offset == 0 and after is None:
+        await require_thread(store, thread_id, user_id)
+    has_more = len(rows) > limit
+    chunk = rows[:limit]
     return {
         "data": [run_dict(row) for row in chunk],
-        "total": len(runs),
-        "has_more": offset + limit < len(runs),
-        "next_offset": offset + limit if offset + limit < len(runs) else None,
+        "total": await store.count_runs(thread_id, user_id=user_id),
+        "has_more": has_more,
+        "next_offset": offset + limit if has_more and after is None else None,
+        "next_after": chunk[-1].run_id if has_more else None,
     }
 
 
