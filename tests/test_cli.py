@@ -789,3 +789,37 @@ def test_the_command_before_the_url_says_the_url_comes_first(cli: Cli, sqlite_ur
     assert_one_line_error(cli("threads"), 2, "run-journal URL threads")
     assert cli(sqlite_url, "threads").returncode == 0
     assert cli("copy", sqlite_url, "memory://").returncode == 0  # copy SRC DST stays accepted
+
+
+# -- costs -------------------------------------------------------------------------------------------
+def test_a_tiny_cost_is_not_shown_as_free_and_an_unknown_one_says_why(cli: Cli, url: str) -> None:
+    tiny = UsageTotals(input_tokens=3, output_tokens=1, total_tokens=4, llm_calls=1, cost_usd=0.00002)
+    unpriced = UsageTotals(input_tokens=3, output_tokens=1, total_tokens=4, llm_calls=1, cost_usd=None)
+    note = "no price for model 'acme-llm-7b' in genai-prices 0.0.99"
+
+    async def write() -> None:
+        async with open_store(url) as store:
+            await store.put_batch([NewEvent(**e("costs", "tiny-run", "run.start", "trace", {}, 20)),
+                                   NewEvent(**e("costs", "unpriced-run", "run.start", "trace", {}, 30))])
+            await store.put_run(RunRow(run_id="tiny-run", thread_id="costs", status="success",
+                                       started_at=START, usage=tiny, usage_by_model={"small": tiny}))
+            await store.put_run(RunRow(run_id="unpriced-run", thread_id="costs", status="success",
+                                       started_at=START + timedelta(seconds=30), usage=unpriced,
+                                       usage_by_model={"acme-llm-7b": unpriced}, cost_note=note))
+
+    asyncio.run(write())
+    runs = cli(url, "runs", "costs", "--full-ids").stdout
+    assert "<$0.0001" in runs
+    assert "$0.0000" not in runs
+    assert f"cost unknown for run unpriced-run: {note}" in runs
+    assert "pricing=" in runs
+    assert "docs/costs.md" in runs
+    shown = cli(url, "show", "tiny-run").stdout
+    assert "cost <$0.0001" in shown
+    assert "cost unknown" not in shown
+    unknown = cli(url, "show", "unpriced-run").stdout
+    assert f"cost unknown for run unpriced-run: {note}" in unknown
+    assert "reprice --pricing FILE" in unknown
+    usage = cli(url, "usage", "costs", "--full-ids").stdout
+    assert "<$0.0001" in usage
+    assert note in usage

@@ -528,3 +528,19 @@ async def test_every_seq_cursor_out_of_range_is_a_400_naming_it(store: RunEventS
         assert page["data"] == []
         older = await get_json(client, f"/api/threads/{T}/messages/page", before_seq=highest)
         assert len(older["data"]) == 3
+
+
+async def test_an_unknown_cost_says_why_in_every_read_of_the_run(store: RunEventStore, client: Any) -> None:
+    note = "no price for model 'acme-llm-7b' in genai-prices 0.0.99"
+    await store.put_batch(a_turn("r1"))
+    unpriced = usage(100, 20, 2, None)
+    await store.put_run(RunRow(run_id="r1", thread_id=T, status="success", started_at=at(0), ended_at=at(1),
+                               usage=unpriced, usage_by_model={"acme-llm-7b": unpriced}, cost_note=note))
+    run = await get_json(client, f"/api/threads/{T}/runs/r1")
+    assert run["usage"]["cost_usd"] is None
+    assert run["cost_note"] == note
+    assert (await get_json(client, f"/api/threads/{T}/runs"))["data"][0]["cost_note"] == note
+    thread = (await get_json(client, "/api/threads"))["data"][0]
+    assert thread["cost_usd"] is None
+    assert thread["cost_note"] == note
+    assert thread["latest_run"]["cost_note"] == note

@@ -94,7 +94,7 @@ async def cmd_runs(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
                      row.usage.total_tokens, render.cost_text(row.usage.cost_usd),
                      render.one_line(row.first_human_message or "", 40)])
     headers = ("run", "status", "started", "took", "calls", "tokens", "cost", "first message")
-    for line in render.table(headers, rows):
+    for line in render.table(headers, rows) + render.unknown_costs(runs, short):
         emit(out, line)
     return 0
 
@@ -114,7 +114,7 @@ async def cmd_show(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
         emit(out, render.event_line(event, style))
     emit(out)
     if row is not None:
-        for line in render.run_totals(row):
+        for line in render.run_totals(row) + render.unknown_costs([row]):
             emit(out, line)
     else:
         emit(out, f"status {status_of(events)} (folded from events; no run row)")
@@ -171,7 +171,8 @@ async def _listing(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
 async def cmd_usage(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
     if args.thread:
         await require_thread(store, args.thread)
-    summary = summarize_usage(await store.list_runs(args.thread))
+    run_rows = await store.list_runs(args.thread)
+    summary = summarize_usage(run_rows)
     if args.json:
         emit_json(out, summary.to_dict())
         return 0
@@ -186,6 +187,8 @@ async def cmd_usage(store: RunEventStore, args: argparse.Namespace, out: TextIO)
     emit(out, "total")
     for line in render.table(render.USAGE_HEADERS, [render.usage_row("all runs", summary.total)]):
         emit(out, "  " + line)
+    for line in render.unknown_costs(run_rows, short):
+        emit(out, line)
     return 0
 
 

@@ -59,6 +59,8 @@ class Run(BaseModel):
     first_human_message: str | None
     last_ai_message: str | None
     metadata: dict[str, Any]
+    cost_note: str | None = Field(description="Why ``usage.cost_usd`` is None although the run made "
+                                              "model calls (e.g. no price for a model); see costs.")
     duration_ms: int | None
 
 
@@ -76,6 +78,7 @@ class LatestRun(BaseModel):
     first_human_message: str | None
     total_tokens: int
     cost_usd: float | None
+    cost_note: str | None
 
 
 class Thread(BaseModel):
@@ -88,6 +91,7 @@ class Thread(BaseModel):
     message_count: int
     total_tokens: int
     cost_usd: float | None = Field(description="None when a model call's price is unknown.")
+    cost_note: str | None = Field(description="Why cost_usd is None: the runs' reasons.")
     latest_run: LatestRun | None
 
 

@@ -69,6 +69,7 @@ def _latest_run(row: RunRow) -> JsonObject:
     summary: JsonObject = {key: data[key] for key in keep}
     summary["total_tokens"] = row.usage.total_tokens
     summary["cost_usd"] = row.usage.cost_usd
+    summary["cost_note"] = row.cost_note
     return summary
 
 
@@ -103,8 +104,16 @@ def _thread_summary(thread_id: str, runs: Sequence[RunRow], last_activity_at: st
         "message_count": sum(row.message_count for row in runs),
         "total_tokens": usage.total_tokens,
         "cost_usd": usage.cost_usd,
+        "cost_note": _cost_note(runs) if usage.cost_usd is None else None,
         "latest_run": _latest_run(runs[-1]) if runs else None,
     }
+
+
+def _cost_note(runs: Sequence[RunRow]) -> str | None:
+    """Why the runs' total cost is unknown: their rows' reasons, each once."""
+    notes = dict.fromkeys(row.cost_note or "no reason was recorded" for row in runs
+                          if row.usage.cost_usd is None and row.usage.llm_calls)
+    return "; ".join(notes) or None
 
 
 async def thread_page(
