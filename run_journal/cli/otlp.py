@@ -85,7 +85,8 @@ async def reach(endpoint: str) -> None:
         if isinstance(error, TimeoutError):
             why = f"no answer within {CONNECT_SECONDS:g} s"
         else:
-            why = os.strerror(error.errno) if (error.errno or 0) > 0 else (error.strerror or str(error))
+            number = error.errno or 0  # negative for a name that does not resolve
+            why = os.strerror(number) if number > 0 else (error.strerror or str(error))
         raise CliError(f"the OTLP collector at {display_url(endpoint)} cannot be reached: {why}") from None
     writer.close()
     with contextlib.suppress(OSError):
