@@ -544,3 +544,53 @@ async def test_an_unknown_cost_says_why_in_every_read_of_the_run(store: RunEvent
     assert thread["cost_usd"] is None
     assert thread["cost_note"] == note
     assert thread["latest_run"]["cost_note"] == note
+
+
+# -- feedback ------------------------------------------------------------------------------------------
+async def test_feedback_is_recorded_as_a_score_of_the_callers_own_run_and_read_back(
+    store: RunEventStore,
+) -> None:
+    await store.put_batch(a_turn("alice-r1", thread="shared", user="alice")
+                          + a_turn("bob-r1", thread="shared", user="bob", second=1))
+    await store.put_run(row("alice-r1", thread="shared", user="alice"))
+    app = create_app(store, token="s3cret", user_header="X-User")
+    alice = {"Authorization": "Bearer s3cret", "X-User": "alice"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://journal") as client:
+        path = "/api/threads/shared/runs/alice-r1/feedback"
+        up = await client.post(path, json={"value": "up", "comment": "spot on"}, headers=alice)
+        assert up.status_code == 201, up.text
+        assert up.json()["value"] == "up"
+        rating = await client.post(path, json={"value": 4, "name": "rating"}, headers=alice)
+        assert rating.status_code == 201
+        run = (await client.get("/api/threads/shared/runs/alice-r1", headers=alice)).json()
+        assert [(s["name"], s["value"], s["source"], s["comment"]) for s in run["scores"]] == [
+            ("feedback", "up", "human", "spot on"), ("rating", 4, "human", None)]
+        events = (await client.get("/api/threads/shared/runs/alice-r1/events", headers=alice,
+                                   params={"event_types": "run.score"})).json()["data"]
+        assert [event["user_id"] for event in events] == ["alice", "alice"]  # the run's owner
+        # a run without a row (bob's) is another user's: unknown to alice, as every read
+        for other in ("/api/threads/shared/runs/bob-r1/feedback", "/api/threads/shared/runs/nope/feedback",
+                      "/api/threads/t-none/runs/alice-r1/feedback"):
+            refused = await client.post(other, json={"value": "down"}, headers=alice)
+            assert refused.status_code == 404, other
+            assert refused.json()["error"] == "not_found"
+        for body in ({"value": "meh"}, {"value": True}, {"value": "up", "comment": "x" * 2001},
+                     {"value": "up", "extra": 1}, {"comment": "no value"}, {"value": "up", "name": "a b"}):
+            bad = await client.post(path, json=body, headers=alice)
+            assert bad.status_code == 400, body
+            assert bad.json()["error"] == "bad_request"
+        assert (await client.post(path, json={"value": "up"}, headers={"X-User": "alice"})).status_code == 401
+        assert (await client.post(path, json={"value": "up"},
+                                  headers={"Authorization": "Bearer s3cret"})).status_code == 401
+    bob = [e for e in await read_all(store, "shared") if e.event_type == "run.score"]
+    assert len(bob) == 2  # nothing but alice's two scores was written
+
+
+async def test_feedback_needs_a_server_with_a_token(store: RunEventStore, client: Any) -> None:
+    await store.put_batch(a_turn("r1"))
+    refused = await client.post(f"/api/threads/{T}/runs/r1/feedback", json={"value": "up"})
+    assert refused.status_code == 403
+    assert refused.json()["error"] == "forbidden"
+    assert "token" in refused.json()["detail"]
+    assert [e for e in await read_all(store, T) if e.event_type == "run.score"] == []
+    assert (await get_json(client, f"/api/threads/{T}/runs/r1"))["scores"] == []

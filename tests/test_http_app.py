@@ -37,6 +37,7 @@ ENDPOINTS = {
     "/api/threads/{thread_id}/runs/{run_id}/workspace-changes",
     "/api/threads/{thread_id}/token-usage",
     "/api/threads/{thread_id}/events/stream",
+    "/api/threads/{thread_id}/runs/{run_id}/feedback",
 }
 
 
@@ -52,7 +53,11 @@ async def test_the_openapi_schema_documents_every_endpoint() -> None:
         schema = (await client.get("/api/openapi.json")).json()
         assert (await client.get("/docs")).status_code == 404  # Swagger UI would load from a CDN
     assert set(schema["paths"]) == ENDPOINTS
-    assert all(set(item) == {"get"} for item in schema["paths"].values())  # read-only
+    writes = {path for path, item in schema["paths"].items() if set(item) != {"get"}}
+    assert writes == {"/api/threads/{thread_id}/runs/{run_id}/feedback"}  # the one write: feedback
+    feedback = schema["paths"]["/api/threads/{thread_id}/runs/{run_id}/feedback"]
+    assert set(feedback) == {"post"}
+    assert set(feedback["post"]["responses"]) >= {"201", "400", "401", "403", "404"}
     events = schema["paths"]["/api/threads/{thread_id}/runs/{run_id}/events"]["get"]
     assert {p["name"] for p in events["parameters"]} >= {"event_types", "task_id", "limit", "after_seq"}
     assert set(events["responses"]) >= {"200", "400", "401", "404"}

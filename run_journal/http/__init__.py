@@ -1,5 +1,6 @@
-"""The read-only HTTP API and run viewer: ``router(store)`` for a FastAPI app, ``create_app(store_or_url)``
-for any ASGI server or framework, ``run-journal URL serve`` from a terminal.
+"""The HTTP API (reads, and feedback on runs) and run viewer: ``router(store)`` for a FastAPI app,
+``create_app(store_or_url)`` for any ASGI server or framework, ``run-journal URL serve`` from a
+terminal.
 
 Needs the ``serve`` extra (``pip install 'run-journal[serve]'``: FastAPI, uvicorn, sse-starlette);
 ``import run_journal`` never loads it. See docs/http.md.

@@ -1,4 +1,5 @@
-"""The read-only HTTP API and the run viewer, as a FastAPI router over one open store.
+"""The HTTP API and the run viewer, as a FastAPI router over one open store: it reads, but for one
+write, feedback on a run (a ``run.score``), taken only when the router has a token.
 
 ``router(store)`` holds every endpoint (and, unless ``viewer=False``, the viewer page at ``/`` and its
 files under ``/static/``). Its route class turns every failure into a JSON error itself, so the
@@ -8,6 +9,7 @@ framework (``create_app``), or served by ``run-journal URL serve``:
 - 400 ``bad_request``: an id that fails validation, a bad query parameter or ``Last-Event-ID``;
 - 401 ``unauthorized``: a token is configured and the request does not carry it as a bearer token,
   or a user scope is configured and the request names no user;
+- 403 ``forbidden``: feedback sent to a router without a token;
 - 404 ``not_found``: an unknown thread or run, or one the caller's user scope cannot see;
 - 503 ``unavailable``: the store failed (``StoreError``); 500 ``internal``: anything else (logged).
 
@@ -90,8 +92,8 @@ def error_response(status_code: int, error: str, detail: str,
     return json_response({"error": error, "detail": detail}, status_code, headers)
 
 
-_ERROR_NAMES: Final = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "not_allowed",
-                       503: "unavailable"}
+_ERROR_NAMES: Final = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+                       405: "not_allowed", 503: "unavailable"}
 
 
 def _validation_text(error: RequestValidationError) -> str:
@@ -184,7 +186,8 @@ def router(
     user_id: UserResolver | None = None,
     viewer: bool = True,
 ) -> APIRouter:
-    """The read-only API over ``store`` (open, and owned by the caller), plus the run viewer.
+    """The API over ``store`` (open, and owned by the caller), plus the run viewer; it only reads,
+    but for feedback on a run, which needs ``token`` (a 403 without one).
 
     ``token``: every API request must carry ``Authorization: Bearer <token>``. ``user_header``: every
     request must name its user in that header and sees only that user's rows; trust it only behind
@@ -204,7 +207,7 @@ def router(
     def ids(thread_id: str, run_id: str) -> tuple[str, str]:
         return validate_id("thread_id", thread_id), validate_id("run_id", run_id)
 
-    api_get = api.get  # every endpoint is a GET
+    api_get = api.get  # every endpoint but feedback is a GET
 
     @api_get("/api/threads", response_model=schema.ThreadPage, dependencies=dependencies,
              summary="Threads, most recently active first, with their counts and latest run")
@@ -233,6 +236,19 @@ def router(
              dependencies=dependencies, summary="One run row, with usage by model and caller")
     async def get_run(thread_id: str, run_id: str, user: User) -> Response:
         return json_response(await views.run_detail(store, *ids(thread_id, run_id), user))
+
+    @api.post("/api/threads/{thread_id}/runs/{run_id}/feedback", response_model=schema.Score,
+              status_code=201, dependencies=dependencies,
+              summary="Give feedback on a run (thumbs up or down, or a number; a comment)",
+              responses={403: {"model": schema.Error,
+                               "description": "The server runs without a token: nothing is written."}})
+    async def feedback(thread_id: str, run_id: str, user: User, body: schema.Feedback) -> Response:
+        if token is None:
+            raise HTTPException(403, "feedback is taken only by a server that runs with a token "
+                                     "(router(token=...), run-journal URL serve --token)")
+        return json_response(await views.give_feedback(
+            store, *ids(thread_id, run_id), value=body.value, comment=body.comment, name=body.name,
+            user_id=user), 201)
 
     @api_get("/api/threads/{thread_id}/messages/page", response_model=schema.HistoryPage,
              dependencies=dependencies, summary="Thread history (the chat page)")
@@ -420,7 +436,7 @@ def create_app(
                 await opened.aclose()
 
     app = FastAPI(
-        title="run-journal", summary="Read-only API over a run-journal store",
+        title="run-journal", summary="API over a run-journal store (reads, and feedback on runs)",
         docs_url=None, redoc_url=None, openapi_url="/api/openapi.json", lifespan=lifespan,
     )
     app.include_router(router(opened, token=token, user_header=user_header, user_id=user_id,

@@ -7,9 +7,12 @@ clients ignore what they do not know.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+
+COMMENT_MAX: Final = 2000
+"""The longest feedback comment the HTTP API takes (characters)."""
 
 
 class Event(BaseModel):
@@ -64,9 +67,33 @@ class Run(BaseModel):
     duration_ms: int | None
 
 
+class Score(BaseModel):
+    """A ``run.score`` event of the run: feedback given over HTTP, a check's result, any score."""
+
+    seq: int
+    created_at: str
+    name: str
+    value: bool | int | float | str
+    source: str = Field(description="Who gave it: human (feedback), check, api, ...")
+    comment: str | None
+
+
 class RunDetail(Run):
     row: bool = Field(description="False for a run with events but no run row: its status is "
                                   "folded from its lifecycle events and its totals are zero.")
+    scores: list[Score] = Field(description="The run's scores, oldest first.")
+
+
+class Feedback(BaseModel):
+    """Feedback on a run: thumbs up or down, or a number, with an optional comment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: Literal["up", "down"] | StrictInt | StrictFloat = Field(
+        description='"up", "down", or a number (a rating, say 1 to 5).')
+    comment: str | None = Field(default=None, max_length=COMMENT_MAX)
+    name: str = Field(default="feedback", min_length=1, max_length=64,
+                      pattern=r"^[A-Za-z0-9_.:-]+$", description="The score's name.")
 
 
 class LatestRun(BaseModel):

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from run_journal.catalog import TERMINAL_RUN_EVENTS
+from run_journal.checks.scores import SCORE_EVENT, ScoreValue, record_score
 from run_journal.envelope import JsonObject, JsonValue, RunEvent
 from run_journal.projections import latest_workspace_changes, summarize_usage, thread_history
 from run_journal.runs import RunRow, status_of
@@ -27,10 +28,12 @@ __all__ = [
     "NotFound",
     "event_page",
     "find_run",
+    "give_feedback",
     "history_page",
     "run_dict",
     "run_message_page",
     "run_page",
+    "run_scores",
     "terminal_seq",
     "thread_page",
     "thread_usage",
@@ -205,8 +208,9 @@ async def run_detail(
     """The run row with ``duration_ms``; a run with events but no row gets a row-shaped answer with
     its status folded from its lifecycle events and ``"row": false``."""
     ref = await find_run(store, thread_id, run_id, user_id)
+    scores = await run_scores(store, thread_id, run_id, user_id)
     if ref.row is not None:
-        return {**run_dict(ref.row), "row": True}
+        return {**run_dict(ref.row), "row": True, "scores": scores}
     lifecycle = await store.list_events(thread_id, run_id, event_types=LIFECYCLE, limit=MAX_PAGE,
                                         user_id=user_id)
     first = lifecycle[0] if lifecycle else None
@@ -215,7 +219,35 @@ async def run_detail(
                          status=status_of(lifecycle),
                          started_at=first.created_at if first else None,
                          ended_at=last.created_at if last else None)
-    return {**run_dict(placeholder), "row": False}
+    return {**run_dict(placeholder), "row": False, "scores": scores}
+
+
+async def run_scores(
+    store: RunEventStore, thread_id: str, run_id: str, user_id: str | None
+) -> list[JsonValue]:
+    """The run's ``run.score`` events (feedback, check results), oldest first, each as
+    ``{seq, created_at, name, value, source, comment}``."""
+    found = await store.list_events(thread_id, run_id, event_types=[SCORE_EVENT], limit=MAX_PAGE,
+                                    user_id=user_id)
+    scores: list[JsonValue] = []
+    for event in found:
+        content = event.content if isinstance(event.content, dict) else {}
+        scores.append({"seq": event.seq, "created_at": event.created_at.isoformat(),
+                       **{key: content.get(key) for key in ("name", "value", "source", "comment")}})
+    return scores
+
+
+async def give_feedback(
+    store: RunEventStore, thread_id: str, run_id: str, *, value: ScoreValue, comment: str | None,
+    name: str, user_id: str | None,
+) -> JsonObject:
+    """Record feedback on a run the caller may see (``NotFound`` otherwise) as a ``run.score``
+    (``record_score``, source ``human``); returns the stored score."""
+    await find_run(store, thread_id, run_id, user_id)
+    stored = await record_score(store, thread_id, run_id, name, value, comment=comment, source="human")
+    content = stored.content if isinstance(stored.content, dict) else {}
+    return {"seq": stored.seq, "created_at": stored.created_at.isoformat(),
+            **{key: content.get(key) for key in ("name", "value", "source", "comment")}}
 
 
 async def terminal_seq(
