@@ -124,7 +124,7 @@ def blamed(role: str, url: str) -> Iterator[None]:
     (the URL without its password)."""
     try:
         yield
-    except CliError:
+    except (CliError, BrokenPipeError):  # a closed output (``| head``) is no store's failure
         raise
     except Exception as error:
         if not is_backend_error(error):
