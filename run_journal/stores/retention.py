@@ -219,7 +219,9 @@ class _Pruner:
         on_archive = functools.partial(_on_archive, f"while copying thread {thread_id!r}")
         expected = await on_archive(archive.last_seq(thread_id))
         copied = 0
+        lowest: int | None = None
         async for page in _pages(self.store, thread_id, through):
+            lowest = page[0].seq if lowest is None else lowest
             held = [event for event in page if event.seq <= expected]
             if held:
                 there = await on_archive(_ids_between(archive, thread_id, held[0].seq - 1, held[-1].seq))
@@ -248,15 +250,17 @@ class _Pruner:
                 return copied, f"run {row.run_id!r}: {error}"
             if stored_row.status != row.status:
                 return copied, f"the archive holds run {row.run_id!r} as {stored_row.status}"
-        return copied, await self.read_back(archive, thread_id, through, copied, rows)
+        return copied, await self.read_back(archive, thread_id, (lowest or 1) - 1, through, copied, rows)
 
     async def read_back(
-        self, archive: RunEventStore, thread_id: str, through: int, copied: int, rows: Sequence[RunRow]
+        self, archive: RunEventStore, thread_id: str, after: int, through: int, copied: int,
+        rows: Sequence[RunRow],
     ) -> str:
-        """The archive's copy read back before anything is removed: as many events through
-        ``through`` as the source holds, and every run row; otherwise the problem."""
+        """The archive's copy read back before anything is removed: as many events in the seqs the
+        source holds (``after`` < seq <= ``through``) as the source, and every run row; otherwise
+        the problem."""
         on_archive = functools.partial(_on_archive, f"while reading back thread {thread_id!r}")
-        held = await on_archive(_count_between(archive, thread_id, 0, through))
+        held = await on_archive(_count_between(archive, thread_id, after, through))
         if held != copied:
             return (f"the archive holds {held} of the {copied} events it took (read back before "
                     "removing anything)")
