@@ -823,3 +823,19 @@ def test_a_tiny_cost_is_not_shown_as_free_and_an_unknown_one_says_why(cli: Cli, 
     usage = cli(url, "usage", "costs", "--full-ids").stdout
     assert "<$0.0001" in usage
     assert note in usage
+
+
+@pytest.mark.slow
+def test_a_missing_driver_is_named_not_blamed_on_the_server() -> None:
+    probe = ("import sys\nsys.modules['asyncpg'] = None\nsys.modules['redis'] = None\n"
+             "from run_journal.cli import main\n"
+             "sys.exit(main([sys.argv[1], 'threads']))\n")
+    for url, needle in (("postgresql://ada:hunter2@127.0.0.1:9/app",
+                         "PostgreSQL stores need the asyncpg driver: pip install 'run-journal[postgres]'"),
+                        ("redis://127.0.0.1:9/0", "redis:// stores need the redis client: "
+                                                  "pip install 'run-journal[redis]'")):
+        done = subprocess.run([sys.executable, "-c", probe, url], capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert_one_line_error(Done(done.returncode, done.stdout, done.stderr), 2, needle)
+        assert "hunter2" not in done.stderr
+        assert "Connect" not in done.stderr
