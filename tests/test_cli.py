@@ -428,6 +428,9 @@ def test_export_writes_jsonl_records(cli: Cli, shared_url: str, tmp_path: Path) 
     assert result.returncode == 0
     assert len(target.read_text().splitlines()) == 20
     assert "exported 20 events from 2 thread(s)" in result.stderr
+    unwritable = cli(shared_url, "export", "--output", str(tmp_path / "missing" / "all.jsonl"))
+    assert_one_line_error(unwritable, 2, f"cannot write {tmp_path / 'missing' / 'all.jsonl'}: ")
+    assert "store" not in unwritable.stderr  # the file's fault, not the store's
 
 
 async def dump(url: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from run_journal.cli.common import (
     PAGE,
+    CliError,
     add_command,
     all_threads,
     blamed,
@@ -118,7 +119,10 @@ async def cmd_export(store: RunEventStore, args: argparse.Namespace, out: TextIO
         args.threads = [owner]
     threads = args.threads or await all_threads(store)
     # A command line owns its process: blocking file writes here do not stall anyone's agent.
-    target = open(args.output, "w", encoding="utf-8") if args.output else out  # noqa: SIM115, ASYNC230
+    try:
+        target = open(args.output, "w", encoding="utf-8") if args.output else out  # noqa: SIM115, ASYNC230
+    except OSError as error:  # the output file's fault, not the store's
+        raise CliError(f"cannot write {args.output}: {error.strerror or error}", code=2) from None
     count = 0
     try:
         for thread_id in threads:
