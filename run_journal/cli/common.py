@@ -21,7 +21,7 @@ PAGE: Final = 1000
 MIN_PREFIX: Final = 6
 """The shortest run id prefix a command accepts in place of the whole id."""
 CANDIDATES_SHOWN: Final = 5
-MIN_SECRET: Final = 4
+MIN_SECRET: Final = 8
 """A password this long is hidden wherever it appears in a message, not only inside its URL."""
 _BACKEND_MODULES: Final = ("sqlalchemy", "asyncpg", "aiosqlite", "sqlite3", "redis")
 
