@@ -6,6 +6,8 @@ carry ``Authorization: Bearer <token>``; the viewer asks for it once per browser
 another address without a token prints a warning: anyone who reaches the port reads every run.
 Requests are answered only when their ``Host`` header names the bound address, localhost,
 127.0.0.1, [::1] or a name given with ``--allow-host`` (a 400 otherwise: no DNS rebinding).
+``--compat`` serves DeerFlow's gateway read API at ``/api/...`` instead, and our own API and the
+viewer under ``/journal/``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ def add_serve_command(sub: Any) -> None:
     serve.add_argument("--allow-host", dest="allow_hosts", action="append", default=[], metavar="NAME",
                        help="also answer requests whose Host header names NAME (repeatable); by "
                             "default only the bound address, localhost, 127.0.0.1 and [::1]")
+    serve.add_argument("--compat", action="store_true",
+                       help="serve DeerFlow's gateway read API at /api/... (its paths and shapes); "
+                            "our own API and the viewer move under /journal/")
     serve.add_argument("--access-log", action="store_true", help="log every request")
 
 
@@ -65,13 +70,15 @@ def _is_loopback(host: str) -> bool:
 
 
 def served_app(store: RunEventStore, *, token: str | None, user_header: str | None, host: str,
-               bound: str, allow_hosts: Sequence[str]) -> Any:
-    """The application ``serve`` runs: ``create_app`` answering only the ``Host`` names of the
-    address it listens on (``host`` as given, ``bound`` as the socket has it) and ``allow_hosts``."""
-    from run_journal.http import create_app
+               bound: str, allow_hosts: Sequence[str], compat: bool = False) -> Any:
+    """The application ``serve`` runs (``create_app``, or ``create_deerflow_app`` with ``compat``),
+    answering only the ``Host`` names of the address it listens on (``host`` as given, ``bound`` as
+    the socket has it) and ``allow_hosts``."""
+    from run_journal.http import create_app, create_deerflow_app
     from run_journal.http.hosts import HostCheck, served_names
 
-    app = create_app(store, token=token, user_header=user_header)
+    build = create_deerflow_app if compat else create_app
+    app = build(store, token=token, user_header=user_header)
     names, any_ip = served_names(host, bound, allow_hosts)
     app.add_middleware(HostCheck, names=names, any_ip=any_ip)
     return app
@@ -93,12 +100,13 @@ async def cmd_serve(store: RunEventStore, args: argparse.Namespace, out: TextIO)
     sock = _listen(args.host, args.port)
     host, port = sock.getsockname()[:2]
     app = served_app(store, token=token, user_header=args.user_header, host=args.host, bound=host,
-                     allow_hosts=args.allow_hosts)
+                     allow_hosts=args.allow_hosts, compat=args.compat)
     shown_host = f"[{host}]" if ":" in host else host
     if not _is_loopback(args.host) and token is None:
         print(f"run-journal: warning: listening on {args.host} without --token: anyone who can reach "
               "this port can read every run", file=sys.stderr)
-    emit(out, f"run-journal: serving {display_url(args.url)} at http://{shown_host}:{port}/ "
+    viewer = "journal/" if args.compat else ""
+    emit(out, f"run-journal: serving {display_url(args.url)} at http://{shown_host}:{port}/{viewer} "
               f"({'token required' if token else 'no token'}); Ctrl-C stops")
     out.flush()
     config = uvicorn.Config(app, log_level="info" if args.access_log else "warning",

@@ -140,8 +140,6 @@ class EventWriter:
         self._loop = None if isinstance(store, SharedStore) else running_loop()
         """None: the process's writer thread (started on first use)."""
         self._source = self._source_for(self._loop)
-        if isinstance(self._source, SharedStore):
-            self._source.open_soon()  # runs will find it open (a short program's too)
 
     def _source_for(self, loop: asyncio.AbstractEventLoop | None) -> StoreSource:
         spec = self._store_spec
@@ -156,8 +154,8 @@ class EventWriter:
         """Write on the caller's running loop instead (``async with``): only before the first event."""
         loop = running_loop()
         with self._lock:
-            shared = isinstance(self._store_spec, SharedStore)
-            if loop is None or loop is self._loop or self._submitted or shared:
+            given_shared = isinstance(self._store_spec, SharedStore)
+            if loop is None or loop is self._loop or self._submitted or given_shared:
                 return
             self._loop, self._source = loop, self._source_for(loop)
 
@@ -218,6 +216,8 @@ class EventWriter:
         ``max_pending`` waits here for room. True: the caller runs on an event loop and the queue is
         over ``max_pending``; it should ``await room()`` (it must not block the loop)."""
         now = time.monotonic()
+        if not self._submitted and isinstance(self._source, SharedStore):
+            self._source.open_soon()  # while the run goes on, so its first write finds the store open
         with self._lock:
             if not self._queue:
                 self._oldest_queued = now
