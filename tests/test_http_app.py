@@ -230,27 +230,44 @@ async def test_errors_outside_a_route_answer_the_documented_json_shape() -> None
 
 
 # -- Host names (DNS rebinding) --------------------------------------------------------------------------
+def fill(path: str) -> str:
+    return re.sub(r"\{(\w+)(:\w+)?\}", lambda m: {"thread_id": "t1", "run_id": "r1"}.get(m[1], "x"), path)
+
+
 def every_request(app: Any, store: MemoryRunEventStore) -> list[tuple[str, str]]:
-    """(method, path) of every route the application has (its own and the journal router's, which
-    it includes), path parameters filled in."""
-    found = []
-    for route in [*(route for route in app.routes if hasattr(route, "path")), *router(store).routes]:
-        path = re.sub(r"\{(\w+)(:\w+)?\}", lambda m: {"thread_id": "t1", "run_id": "r1"}.get(m[1], "x"),
-                      route.path)
-        found += [(method, path) for method in sorted(getattr(route, "methods", None) or {"GET"})
-                  if method != "HEAD"]
-    return found
+    """(method, path) of every route the application serves, path parameters filled in: what its
+    OpenAPI schema lists and the application's own routes, in every application mounted in it, and
+    the viewer's routes (outside the schema) wherever an application is."""
+    viewer = [route for route in router(store).routes if not route.include_in_schema]
+    found: list[tuple[str, str]] = []
+
+    def walk(application: Any, prefix: str) -> None:
+        for path, item in application.openapi()["paths"].items():
+            found.extend((method.upper(), prefix + fill(path)) for method in item)
+        for route in [*application.routes, *viewer]:
+            if isinstance(route, Mount):
+                walk(route.app, prefix + route.path)
+            elif hasattr(route, "path"):
+                found.extend((method, prefix + fill(route.path)) for method in sorted(route.methods)
+                             if method != "HEAD")
+
+    walk(app, "")
+    return sorted(set(found))
 
 
 @pytest.mark.parametrize("foreign", ["evil.example", "evil.example:8765", "127.0.0.1.evil.example",
                                      "localhost.evil.example:8765", "", None])
-async def test_serve_answers_no_foreign_host_on_any_route(foreign: str | None) -> None:
+@pytest.mark.parametrize("compat", [False, True], ids=["api", "compat"])
+async def test_serve_answers_no_foreign_host_on_any_route(foreign: str | None, compat: bool) -> None:
     store = await seeded()
     app = served_app(store, token=None, user_header=None, host="127.0.0.1", bound="127.0.0.1",
-                     allow_hosts=["journal.internal"])
+                     allow_hosts=["journal.internal"], compat=compat)
     requests = every_request(app, store)
-    assert {path for _, path in requests} >= {p.format(thread_id="t1", run_id="r1") for p in ENDPOINTS}
+    prefix = "/journal" if compat else ""
+    assert {path for _, path in requests} >= {prefix + p.format(thread_id="t1", run_id="r1")
+                                              for p in ENDPOINTS}
     assert ("GET", "/api/openapi.json") in requests
+    assert ("POST", f"{prefix}/api/threads/t1/runs/r1/feedback") in requests
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://j") as client:
         for method, path in requests:
             request = client.build_request(method, path)
@@ -265,9 +282,9 @@ async def test_serve_answers_no_foreign_host_on_any_route(foreign: str | None) -
             assert "--allow-host" in body["detail"]
         for host in ("127.0.0.1:8765", "localhost:8765", "LOCALHOST", "[::1]:8765", "journal.internal",
                      "journal.internal.:80"):
-            answer = await client.get("/api/threads", headers={"host": host})
+            answer = await client.get(f"{prefix}/api/threads", headers={"host": host})
             assert answer.status_code == 200, host
-            assert (await client.get("/", headers={"host": host})).status_code == 200
+            assert (await client.get(f"{prefix}/", headers={"host": host})).status_code == 200
 
 
 async def test_serve_on_every_interface_answers_its_addresses_and_allowed_names_only() -> None:
