@@ -177,10 +177,7 @@ async def cmd_import(store: RunEventStore, args: argparse.Namespace, out: TextIO
     """Write an export's bodies and events into the store (seq kept where the thread is free, as
     ``copy`` does); each thread's bodies before its events."""
     # A command line owns its process: a blocking read here stalls nobody's agent.
-    try:
-        source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115, ASYNC230
-    except OSError as error:  # the file's fault, not the store's
-        raise CliError(f"cannot read {args.file}: {error.strerror or error}", code=2) from None
+    source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115, ASYNC230
     bodies: list[Body] = []
     events: list[RunEvent] = []
     counts = {"events": 0, "new": 0, "bodies": 0, "moved": 0}
