@@ -82,7 +82,7 @@ async def test_a_journal_passed_explicitly_is_not_doubled(
     run_script(tmp_path, {"RUN_JOURNAL_URL": activated}, explicit)
     async with open_store(explicit) as store:
         (run,) = await store.list_runs("activated")
-        assert len(await store.list_events("activated", run.run_id)) == 4
+        assert len(await store.list_events("activated", run.run_id)) == 5  # with the model's request
     async with open_store(activated) as store:
         assert await store.list_runs("activated") == []
 

@@ -640,8 +640,8 @@ def test_show_and_verify_a_journaled_langgraph_run(cli: Cli, tmp_path: Path) -> 
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith(f"run {run_id}  thread lg")
     timeline = [line.split()[2] for line in shown.stdout.splitlines()[1:] if line[:2].isdigit()]
-    assert timeline == ["run.start", "llm.human.input", "llm.ai.response", "tool.call", "llm.tool.result",
-                        "tool.outcome", "llm.ai.response", "run.end"]
+    assert timeline == ["run.start", "llm.human.input", "llm.request", "llm.ai.response", "tool.call",
+                        "llm.tool.result", "tool.outcome", "llm.request", "llm.ai.response", "run.end"]
     assert "add success, 1 bytes" in shown.stdout
     assert "status success" in shown.stdout
     assert "model calls 2" in shown.stdout

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
+from run_journal.calls import request_problems
 from run_journal.cli.common import (
     PAGE,
     add_command,
@@ -74,6 +75,8 @@ async def cmd_verify(store: RunEventStore, args: argparse.Namespace, out: TextIO
                 report(f"{where} ({event.event_type})", problem)
         if gaps := find_gaps(seqs):
             report(f"thread {thread_id}", f"missing seq {ranges(gaps)} (lost writes or a deleted run)")
+        for seq, problem in await request_problems(store, thread_id):  # every model request resolves
+            report(f"thread {thread_id} seq {seq}", problem)
         last = await store.last_seq(thread_id)
         if seqs and last < seqs[-1]:
             report(f"thread {thread_id}", f"last_seq {last} is below the highest stored seq {seqs[-1]}")

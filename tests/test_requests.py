@@ -1,0 +1,272 @@
+"""Model requests, stored once: each call's ``llm.request`` resolves, through ``model_calls``, to exactly
+what the model received (messages, tools, parameters), on real agents and every backend; storage
+grows with distinct content; a failing call keeps its request; ``record_requests=False`` writes
+none; ``verify`` reports a broken chain; ``calls`` and the HTTP API show them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import SummarizationMiddleware
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+
+from run_journal import RunEventStore, RunJournal, model_calls
+from run_journal.bodies import Body
+from run_journal.calls import BodyResolver, ModelCall, request_problems
+from run_journal.cli import main as cli
+from run_journal.envelope import NewEvent
+from run_journal.journal.payloads import message_payload
+from run_journal.redact import redact_secrets
+from run_journal.stores.base import RunEventStore as StoreContract
+from run_journal.testing.capture import ScriptedChatModel, reply
+
+
+def stores_bodies(store: RunEventStore) -> bool:
+    return type(store)._put_bodies is not StoreContract._put_bodies  # type: ignore[attr-defined]  # the hook
+
+
+@pytest.fixture
+async def bodies_store(store: RunEventStore) -> RunEventStore:
+    if not stores_bodies(store):
+        pytest.skip(f"{type(store).__name__} does not store bodies yet")
+    return store
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@tool
+def lookup(city: str, units: str = "metric") -> str:
+    """Look up the weather of a city."""
+    return f"sunny in {city}"
+
+
+def dumped(message: BaseMessage) -> dict[str, Any]:
+    value = message_payload(message, redact_secrets).value
+    assert isinstance(value, dict)
+    return value
+
+
+def assert_sent(calls: list[ModelCall], model: ScriptedChatModel) -> None:
+    """The calls resolve to exactly what ``model`` received, call by call."""
+    assert len(calls) == len(model.received)
+    for call, received, tools in zip(calls, model.received, model.tools_offered, strict=True):
+        assert call.request is not None
+        assert call.request.complete, call.request.missing
+        assert call.request.messages == [dumped(message) for message in received]
+        assert call.request.message_count == len(received)
+        assert call.request.tools == (tools or None)
+
+
+async def test_a_tool_agent_across_runs_of_a_thread(bodies_store: RunEventStore) -> None:
+    store = bodies_store
+    model = ScriptedChatModel([reply(tool_calls=[("add", {"a": 1, "b": 2}, "c1")]), reply("it is 3"),
+                               reply(tool_calls=[("lookup", {"city": "Paris"}, "c2")]), reply("sunny")],
+                              temperature=0.25)
+    agent = create_agent(model, [add, lookup], system_prompt="You add and look things up.",
+                         checkpointer=InMemorySaver())
+    run_ids = []
+    for question in ("what is 1+2?", "weather in Paris?"):
+        journal = RunJournal(store, thread_id="requests")
+        await agent.ainvoke({"messages": [HumanMessage(question)]},
+                            {"callbacks": [journal], "configurable": {"thread_id": "requests"}})
+        await journal.aclose()
+        run_ids.append(journal.run_id)
+    first, second = [await model_calls(store, "requests", run_id) for run_id in run_ids]
+    assert_sent([*first, *second], model)
+    assert [call.index for call in first] == [0, 1]
+    assert {call.caller for call in [*first, *second]} == {"lead_agent"}
+    assert second[-1].request is not None
+    assert second[-1].request.message_count == 8  # system, and both turns' human, ai, tool, ai, ...
+    assert second[-1].request.system_prompt == "You add and look things up."
+    assert first[0].request is not None
+    assert [tool["function"]["name"] for tool in first[0].request.tools or []] == ["add", "lookup"]
+    assert first[0].request.params["tool_choice"] is None  # create_agent's own binding
+    assert first[0].reply is not None
+    assert first[0].reply["tool_calls"][0]["name"] == "add"
+    assert second[-1].reply is not None
+    assert second[-1].reply["content"] == "sunny"
+    assert second[-1].usage is not None
+    assert second[-1].usage["total_tokens"] == 52
+    assert all(call.request_seq is not None and call.reply_seq is not None
+               and call.request_seq < call.reply_seq for call in [*first, *second])
+    # storage grows with distinct content: every message once, one link per position, one tool list
+    bodies = await store.list_bodies("requests")
+    distinct_messages = {json.dumps(dumped(m), sort_keys=True) for call in model.received for m in call}
+    assert len(bodies) == 2 * len(distinct_messages) + 1 + 1  # messages + links, tools, params
+    assert await request_problems(store, "requests") == []
+
+
+async def test_a_deep_agent_with_a_subagent(bodies_store: RunEventStore) -> None:
+    from deepagents import create_deep_agent
+
+    store = bodies_store
+    lead = ScriptedChatModel([
+        reply(tool_calls=[("task", {"description": "find 1+2", "subagent_type": "researcher"}, "t1")]),
+        reply("the researcher says 3")])
+    researcher = ScriptedChatModel([reply(tool_calls=[("add", {"a": 1, "b": 2}, "s1")]), reply("it is 3")])
+    agent = create_deep_agent(model=lead, tools=[add], subagents=[
+        {"name": "researcher", "description": "the researcher", "system_prompt": "You are the researcher.",
+         "tools": [add], "model": researcher}])
+    journal = RunJournal(store, thread_id="deep-requests")
+    await agent.ainvoke({"messages": [HumanMessage("what is 1+2")]}, {"callbacks": [journal]})
+    await journal.aclose()
+    calls = await model_calls(store, "deep-requests", journal.run_id)
+    assert [call.caller for call in calls] == ["lead_agent", "subagent:researcher", "subagent:researcher",
+                                               "lead_agent"]
+    assert_sent([call for call in calls if call.caller == "lead_agent"], lead)
+    assert_sent([call for call in calls if call.caller == "subagent:researcher"], researcher)
+    sub = calls[1].request
+    assert sub is not None
+    assert sub.system_prompt is not None
+    assert sub.system_prompt.startswith("You are the researcher.")
+    assert "task" in {tool["function"]["name"] for tool in calls[0].request.tools or []}  # type: ignore[union-attr]
+
+
+async def test_a_middleware_model_call_and_a_failing_call(bodies_store: RunEventStore) -> None:
+    store = bodies_store
+    summarizer = ScriptedChatModel([reply("SUMMARY of the earlier talk")] * 3)
+    model = ScriptedChatModel([reply(tool_calls=[("add", {"a": 1, "b": 2}, "c1")]), reply("it is 3")])
+    agent = create_agent(model, [add], middleware=[
+        SummarizationMiddleware(model=summarizer, trigger=("messages", 4), keep=("messages", 2))])
+    journal = RunJournal(store, thread_id="summarized-requests")
+    history = [HumanMessage("hi"), AIMessage("hello"), HumanMessage("how are you"), AIMessage("fine"),
+               HumanMessage("what is 1+2")]
+    await agent.ainvoke({"messages": history}, {"callbacks": [journal]})
+    await journal.aclose()
+    calls = await model_calls(store, "summarized-requests", journal.run_id)
+    by_caller = Counter(call.caller for call in calls)
+    assert set(by_caller) == {"lead_agent", "middleware:summarization"}
+    assert_sent([call for call in calls if call.caller == "lead_agent"], model)
+    assert_sent([call for call in calls if call.caller == "middleware:summarization"], summarizer)
+
+    broken = ScriptedChatModel([])  # its script is empty: the call fails
+    journal = RunJournal(store, thread_id="summarized-requests")
+    with pytest.raises(Exception):  # noqa: B017 - the fake model's own error for an empty script
+        await create_agent(broken, [add]).ainvoke({"messages": [HumanMessage("again")]},
+                                                  {"callbacks": [journal]})
+    await journal.aclose()
+    (failed,) = await model_calls(store, "summarized-requests", journal.run_id)
+    assert failed.reply is None
+    assert failed.error is not None
+    assert failed.request is not None
+    assert failed.request.messages == [dumped(HumanMessage("again"))] or \
+        [m["content"] for m in failed.request.messages] == ["again"]
+
+
+async def test_record_requests_false_writes_no_request_and_no_body(store: RunEventStore) -> None:
+    model = ScriptedChatModel([reply("hello")])
+    journal = RunJournal(store, thread_id="no-requests", record_requests=False)
+    await create_agent(model, [add]).ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+    await journal.aclose()
+    events = await store.list_events("no-requests", limit=100)
+    assert "llm.request" not in [event.event_type for event in events]
+    (call,) = await model_calls(store, "no-requests", journal.run_id)
+    assert call.request is None
+    assert call.reply is not None
+    assert call.reply["content"] == "hello"
+    if stores_bodies(store):
+        assert await store.list_bodies("no-requests") == []
+
+
+async def test_a_long_history_is_stored_once_and_read_back_in_few_calls(
+    bodies_store: RunEventStore,
+) -> None:
+    """Forty runs of a thread whose history grows by two messages each: every request resolves,
+    each message body is stored once, and reading all forty takes a few store calls."""
+    store = bodies_store
+    script = [reply(f"answer {n}") for n in range(40)]
+    model = ScriptedChatModel(script)
+    agent = create_agent(model, [], checkpointer=InMemorySaver())
+    for n in range(40):
+        journal = RunJournal(store, thread_id="long")
+        await agent.ainvoke({"messages": [HumanMessage(f"question {n}")]},
+                            {"callbacks": [journal], "configurable": {"thread_id": "long"}})
+        await journal.aclose()
+    (last,) = await model_calls(store, "long", journal.run_id)
+    assert last.request is not None
+    assert last.request.message_count == 79
+    assert last.request.messages == [dumped(message) for message in model.received[-1]]
+    bodies = await store.list_bodies("long")
+    assert len(bodies) == 2 * 79 + 1  # 79 messages (the last answer is in no request), 79 links, params
+    requests = await store.list_events("long", event_types=["llm.request"], limit=100)
+    resolver = BodyResolver(store, "long")
+    resolved = await resolver.requests(requests)
+    assert [request.message_count for request in resolved.values()] == list(range(1, 80, 2))
+    assert all(request.complete for request in resolved.values())
+    assert resolver.reads <= 3  # the heads, then one listing of the thread's bodies
+    assert await request_problems(store, "long") == []
+
+
+async def test_verify_reports_a_missing_link_and_a_missing_message(bodies_store: RunEventStore,
+                                                                   store_url: str) -> None:
+    store = bodies_store
+    message = Body.of("broken", {"type": "human", "content": "hi"})
+    orphan = "0" * 64
+    link = Body.of("broken", {"prev": orphan, "message": message.digest})
+    lost = Body.of("broken", {"prev": None, "message": "1" * 64})
+    params = Body.of("broken", {})
+
+    def request(head: str, count: int) -> NewEvent:
+        return NewEvent("broken", "r1", "llm.request", "trace",
+                        {"messages_sha256": head, "message_count": count, "tools_sha256": None,
+                         "params_sha256": params.digest},
+                        {"caller": "lead_agent", "llm_call_index": 0, "llm_run_id": "x",
+                         "bodies": [head, params.digest]})
+
+    await store.put_batch([request(link.digest, 2), request(lost.digest, 1)],
+                          bodies=[message, link, lost, params])
+    problems = await request_problems(store, "broken")
+    assert [(seq, orphan in text) for seq, text in problems] == [(1, True), (2, False)]
+    assert "1" * 64 in problems[1][1]
+    if store_url.startswith("memory"):
+        return  # the command line opens the URL again: a memory store starts empty
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert await asyncio.to_thread(cli, [store_url, "verify", "broken"]) == 1
+    assert f"thread broken seq 1: llm.request body {orphan} is missing" in out.getvalue()
+
+
+async def test_the_calls_command_prints_what_the_model_saw(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'calls.db'}"
+    model = ScriptedChatModel([reply(tool_calls=[("add", {"a": 1, "b": 2}, "c1")]), reply("it is 3")])
+    journal = RunJournal(url, thread_id="shown")
+    async with journal:
+        await create_agent(model, [add], system_prompt="You add.").ainvoke(
+            {"messages": [HumanMessage("what is 1+2?")]}, {"callbacks": [journal]})
+    from run_journal import open_store
+
+    async with open_store(url) as store:
+        if not stores_bodies(store):
+            pytest.skip("SQLite does not store bodies yet")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert await asyncio.to_thread(cli, [url, "calls", journal.run_id[:8], "--call", "1"]) == 0
+    text = out.getvalue()
+    assert text.startswith("call 1  lead_agent  fake-gpt")
+    for line in ["    messages (4):", "        [system] You add.", "        [human] what is 1+2?",
+                 '            -> add({"a": 1, "b": 2}) id c1', "        [tool add] 3  (answers c1)",
+                 "        add(a, b): Add two numbers.", "    reply:", "        [ai] it is 3"]:
+        assert line in text.splitlines(), line
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert await asyncio.to_thread(cli, [url, "calls", journal.run_id, "--json"]) == 0
+    first, second = (json.loads(line) for line in out.getvalue().splitlines())
+    assert second["request"]["messages"][0] == {"content": "You add.", "type": "system"}
+    assert first["reply"]["tool_calls"][0]["id"] == "c1"
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        assert await asyncio.to_thread(cli, [url, "calls", journal.run_id, "--call", "7"]) == 1
+    assert "no model call 7" in err.getvalue()
