@@ -20,6 +20,7 @@ which bodies the store acknowledged for the thread, so this process does not sen
 from __future__ import annotations
 
 import collections
+import json
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -66,14 +67,22 @@ def link_data(prev: str | None, message: str) -> bytes:
     return b'{"message":"' + message.encode() + b'",' + tail
 
 
+_SORTED: Final = json.JSONEncoder(
+    ensure_ascii=False, check_circular=False, allow_nan=False, separators=(",", ":"), sort_keys=True,
+).encode
+"""``Body.of``'s canonical JSON for a value that is normalized already (decoded from its payload's
+text): the same bytes, without normalizing it again."""
+
+
 def message_body(thread_id: str, payload: Normalized) -> Body:
     """A message's body: its payload (normalized, redacted), cut like an event's content when its
     JSON is over the message limit."""
     text = payload.text
-    value = payload.value
+    value = loads(text)
     if len(text) > MESSAGE_LIMIT // 4 and len(text.encode("utf-8")) > MESSAGE_LIMIT:
-        value = cap_content(loads(text), text, {}, MESSAGE_LIMIT)[0]
-    return Body.of(thread_id, value)
+        value = cap_content(value, text, {}, MESSAGE_LIMIT)[0]
+    data = _SORTED(value).encode("utf-8")
+    return Body(thread_id, digest_of(data), data)
 
 
 def tool_specs(tools: Any) -> list[Any]:
