@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import io
 import json
+import sys
 from collections import Counter
 from typing import Any
 
@@ -241,17 +242,17 @@ async def test_verify_reports_a_missing_link_and_a_missing_message(bodies_store:
 
 
 async def test_the_calls_command_prints_what_the_model_saw(tmp_path: Any) -> None:
+    from run_journal import open_store
+
     url = f"sqlite:///{tmp_path / 'calls.db'}"
+    async with open_store(url) as store:
+        if not stores_bodies(store):
+            pytest.skip("SQLite does not store bodies yet")
     model = ScriptedChatModel([reply(tool_calls=[("add", {"a": 1, "b": 2}, "c1")]), reply("it is 3")])
     journal = RunJournal(url, thread_id="shown")
     async with journal:
         await create_agent(model, [add], system_prompt="You add.").ainvoke(
             {"messages": [HumanMessage("what is 1+2?")]}, {"callbacks": [journal]})
-    from run_journal import open_store
-
-    async with open_store(url) as store:
-        if not stores_bodies(store):
-            pytest.skip("SQLite does not store bodies yet")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert await asyncio.to_thread(cli, [url, "calls", journal.run_id[:8], "--call", "1"]) == 0
@@ -270,3 +271,90 @@ async def test_the_calls_command_prints_what_the_model_saw(tmp_path: Any) -> Non
     with contextlib.redirect_stderr(io.StringIO()) as err:
         assert await asyncio.to_thread(cli, [url, "calls", journal.run_id, "--call", "7"]) == 1
     assert "no model call 7" in err.getvalue()
+
+
+PROCESS_SCRIPT = """
+import asyncio, sys
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage
+from run_journal import RunJournal
+from run_journal.testing.capture import ScriptedChatModel, reply
+
+HISTORY = [HumanMessage(f"earlier question {n}", id=f"h{n}") if n % 2 == 0 else
+           AIMessage(f"earlier answer {n}", id=f"a{n}") for n in range(20)]
+
+
+async def main(url: str, worker: int) -> None:
+    for run in range(10):
+        model = ScriptedChatModel([reply(f"answer {worker}-{run}")])
+        journal = RunJournal(url, thread_id="shared", run_id=f"run-{worker}-{run}")
+        async with journal:
+            await create_agent(model, [], system_prompt="You answer.").ainvoke(
+                {"messages": [*HISTORY, HumanMessage(f"question {worker}-{run}", id=f"q{worker}-{run}")]},
+                {"callbacks": [journal]})
+    print("ran")
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+async def test_a_thread_of_30_runs_by_3_processes_resolves(store_url: str, tmp_path: Any) -> None:
+    if store_url.startswith("memory"):
+        pytest.skip("a memory store lives in one process")
+    from run_journal import open_store
+
+    async with open_store(store_url) as store:
+        if not stores_bodies(store):
+            pytest.skip(f"{type(store).__name__} does not store bodies yet")
+    script = tmp_path / "worker.py"
+    script.write_text(PROCESS_SCRIPT, encoding="utf-8")
+    workers = [await asyncio.create_subprocess_exec(
+        sys.executable, str(script), store_url, str(worker), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE) for worker in range(3)]
+    for worker in workers:
+        out, err = await asyncio.wait_for(worker.communicate(), 180)
+        assert worker.returncode == 0, err.decode()
+        assert out.decode().strip() == "ran"
+    async with open_store(store_url) as store:
+        runs = await store.list_runs("shared")
+        assert len(runs) == 30
+        for row in runs:
+            (call,) = await model_calls(store, "shared", row.run_id)
+            assert call.request is not None
+            assert call.request.complete, call.request.missing
+            contents = [message["content"] for message in call.request.messages]
+            worker, run = row.run_id.split("-")[1:]
+            history = [f"earlier question {n}" if n % 2 == 0 else f"earlier answer {n}" for n in range(20)]
+            assert contents == ["You answer.", *history, f"question {worker}-{run}"]
+        assert await request_problems(store, "shared") == []
+        bodies = await store.list_bodies("shared")
+        # the system prompt, 20 shared messages and their 21 links once; each run's question and its
+        # link; the parameters
+        assert len(bodies) == 21 + 21 + 30 * 2 + 1
+
+
+async def test_the_http_api_serves_a_runs_calls_to_its_user_only(bodies_store: RunEventStore) -> None:
+    httpx = pytest.importorskip("httpx", reason="the HTTP check needs httpx (dev extra)")
+    pytest.importorskip("fastapi", reason="the HTTP API needs the serve extra")
+    from run_journal.http import create_app
+
+    store = bodies_store
+    model = ScriptedChatModel([reply(tool_calls=[("add", {"a": 1, "b": 2}, "c1")]), reply("it is 3")])
+    journal = RunJournal(store, thread_id="served", user_id="alice")
+    await create_agent(model, [add], system_prompt="You add.").ainvoke(
+        {"messages": [HumanMessage("what is 1+2?")]}, {"callbacks": [journal]})
+    await journal.aclose()
+    path = f"/api/threads/served/runs/{journal.run_id}/calls"
+    transport = httpx.ASGITransport(app=create_app(store, user_header="X-User"))
+    async with httpx.AsyncClient(transport=transport, base_url="http://journal") as client:
+        mine = await client.get(path, headers={"X-User": "alice"})
+        theirs = await client.get(path, headers={"X-User": "bob"})
+        nobody = await client.get(path)
+    assert mine.status_code == 200, mine.text
+    data = mine.json()["data"]
+    assert [call["index"] for call in data] == [0, 1]
+    assert data[1]["request"]["messages"] == [dumped(message) for message in model.received[1]]
+    assert data[1]["request"]["tools"][0]["function"]["name"] == "add"
+    assert data[1]["reply"]["content"] == "it is 3"
+    assert (theirs.status_code, theirs.json()["error"]) == (404, "not_found")
+    assert nobody.status_code == 401
