@@ -49,7 +49,7 @@ async def cmd_calls(store: RunEventStore, args: argparse.Namespace, out: TextIO)
 
 def call_lines(call: ModelCall) -> list[str]:
     """One call as ``calls`` prints it."""
-    took = f", {call.latency_ms} ms" if call.latency_ms is not None else ""
+    took = f", {call.latency_ms / 1000:.2f}s" if call.latency_ms is not None else ""
     tokens = f", {call.usage.get('total_tokens')} tokens" if call.usage else ""
     cost = f", {render.cost_text(call.cost_usd)}" if call.cost_usd is not None else ""
     lines = [f"call {call.index}  {call.caller}  {call.model or 'unknown model'}{took}{tokens}{cost}"]
