@@ -358,3 +358,39 @@ async def test_the_http_api_serves_a_runs_calls_to_its_user_only(bodies_store: R
     assert data[1]["reply"]["content"] == "it is 3"
     assert (theirs.status_code, theirs.json()["error"]) == (404, "not_found")
     assert nobody.status_code == 401
+
+
+async def test_a_process_sends_each_body_once_per_thread_and_store() -> None:
+    """The second run of a thread sends only what is new (the store acknowledged the history's
+    bodies); another store gets them all."""
+    from run_journal.stores.memory import MemoryRunEventStore
+
+    class Counting(MemoryRunEventStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sent: list[int] = []
+
+        async def _append(self, batch: Any, bodies: Any = ()) -> Any:
+            self.sent.append(len(bodies))
+            return await super()._append(batch, bodies)
+
+        async def _put_run_close(self, batch: Any, terminal: Any, types: Any, row: Any,
+                                 bodies: Any = ()) -> Any:
+            self.sent.append(len(bodies))
+            return await super()._put_run_close(batch, terminal, types, row, bodies)
+
+    model = ScriptedChatModel([reply(f"answer {n}") for n in range(3)])
+    agent = create_agent(model, [], system_prompt="You answer.", checkpointer=InMemorySaver())
+    stores = [Counting(), Counting()]
+    for store in (stores[0], stores[0], stores[1]):
+        journal = RunJournal(store, thread_id="once")
+        await agent.ainvoke({"messages": [HumanMessage("again")]},
+                            {"callbacks": [journal], "configurable": {"thread_id": "once"}})
+        await journal.aclose()
+    first, second = stores
+    # run 1: system, human (+2 links), params; run 2: its answer's predecessor, the new human (+2 links)
+    assert sum(first.sent) == 5 + 4
+    # a new store: the whole history of the third call, and the parameters
+    assert sum(second.sent) == 2 * len(model.received[-1]) + 1
+    for store in stores:
+        assert await request_problems(store, "once") == []
