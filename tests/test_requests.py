@@ -394,3 +394,26 @@ async def test_a_process_sends_each_body_once_per_thread_and_store() -> None:
     assert sum(second.sent) == 2 * len(model.received[-1]) + 1
     for store in stores:
         assert await request_problems(store, "once") == []
+
+
+async def test_a_text_completion_model_records_its_prompt(bodies_store: RunEventStore) -> None:
+    from langchain_core.language_models.fake import FakeListLLM
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    llm = FakeListLLM(responses=["a haiku"])
+
+    async def write(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(await llm.ainvoke("write a haiku about rain"))]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("write", write)
+    builder.add_edge(START, "write")
+    journal = RunJournal(bodies_store, thread_id="completion")
+    await builder.compile().ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [journal]})
+    await journal.aclose()
+    (call,) = await model_calls(bodies_store, "completion", journal.run_id)
+    assert call.request is not None
+    assert call.request.messages == [{"content": "write a haiku about rain", "type": "human"}]
+    assert call.request.params["_type"] == "fake-list"
+    assert call.reply is not None
+    assert call.reply["content"] == "a haiku"
