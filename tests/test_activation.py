@@ -70,8 +70,8 @@ async def test_setting_the_variable_journals_every_run_of_a_script_that_never_im
             ("success", "ada", "first"), ("success", "ada", "second")]
         for run in runs:
             events = await store.list_events("activated", run.run_id)
-            assert [e.event_type for e in events] == ["run.start", "llm.human.input", "llm.ai.response",
-                                                      "run.end"]
+            assert [e.event_type for e in events] == ["run.start", "llm.human.input", "llm.request",
+                                                      "llm.ai.response", "run.end"]
             assert status_of(events) == "success"
 
 

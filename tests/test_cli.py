@@ -648,7 +648,7 @@ def test_show_and_verify_a_journaled_langgraph_run(cli: Cli, tmp_path: Path) -> 
     assert run_id[:8] in cli(url, "runs", "lg").stdout.splitlines()[1].split()
     verified = cli(url, "verify")
     assert verified.returncode == 0, verified.stdout
-    assert verified.stdout.strip().endswith("verified 8 events in 1 thread(s), 1 run(s): OK")
+    assert verified.stdout.strip().endswith("verified 10 events in 1 thread(s), 1 run(s): OK")
 
 
 def test_short_ids_are_the_shortest_unique_prefixes_of_the_listing() -> None:

@@ -134,7 +134,8 @@ def test_sync_invoke_without_a_loop(store_url: str) -> None:
             assert row.status == "success"
             return [e.event_type for e in await reopened.list_events("sync")]
 
-    assert asyncio.run(read()) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    assert asyncio.run(read()) == ["run.start", "llm.human.input", "llm.request", "llm.ai.response",
+                                   "run.end"]
 
 
 async def test_backpressure_blocks_other_threads_but_loses_nothing(store: RunEventStore) -> None:
