@@ -33,7 +33,7 @@ from run_journal.catalog import (
 )
 from run_journal.envelope import NewEvent, Normalized, new_event_id, sha256_hex, utc_now, validate_id
 from run_journal.journal import payloads as p
-from run_journal.journal.requests import REGISTRY, RequestBuilder
+from run_journal.journal.requests import REGISTRY, MessageKey, RequestBuilder, message_key
 from run_journal.journal.state import LlmCall, MiddlewareHook, NestedAgent, RunState, Scope, ToolRun
 from run_journal.journal.subagents import subagent_run_event
 from run_journal.normalization import encode
@@ -82,7 +82,7 @@ class RunRecorder:
         self._requests: RequestBuilder | None = None
         self._out: list[NewEvent] = []
         self._held: list[NewEvent] = []
-        self._payloads: dict[str, tuple[BaseMessage, Normalized]] = {}
+        self._payloads: dict[str, tuple[BaseMessage, MessageKey, Normalized]] = {}
         self.resume_lookup: NewEvent | None = None
         """The ``run.start`` of a resumed run whose origin was not given: the store knows it (the
         journal has the writer look it up, see ``journal/resume.py``)."""
@@ -293,7 +293,7 @@ class RunRecorder:
             assert self.thread_id is not None
             key, owner = self._store_key
             builder = self._requests = RequestBuilder(
-                REGISTRY.get(key, owner, self.thread_id, self.redact), self.redact)
+                REGISTRY.get(key, owner, self.thread_id, self.redact), self.redact, self._message_payload)
         if kind == "llm":
             messages: list[BaseMessage] = [HumanMessage(str(prompt)) for prompt in inputs or ()]
         else:
@@ -526,14 +526,16 @@ class RunRecorder:
         return redacted_text(encode(value), self.redact)
 
     def _message_payload(self, message: BaseMessage) -> Normalized:
-        """A message's redacted, normalized payload, computed once per message id per run."""
+        """A message's redacted, normalized payload, computed once per message id per run (again
+        when the message changed in place: its cheap key tells)."""
         key = message.id if isinstance(message.id, str) and message.id else None
         cached = self._payloads.get(key) if key else None
-        if cached is None or cached[0] is not message:
-            cached = (message, p.message_payload(message, self.redact))
-            if key:
-                self._payloads[key] = cached
-        return cached[1]
+        if cached is not None and cached[0] is message and cached[1] == message_key(message):
+            return cached[2]
+        payload = p.message_payload(message, self.redact)
+        if key:
+            self._payloads[key] = (message, message_key(message), payload)
+        return payload
 
     def _note_interrupts(self, error: BaseException) -> None:
         for item in p.interrupts_of(error):

@@ -128,9 +128,11 @@ class RequestBuilder:
     """One run's requests: the ``llm.request`` content of each call and the bodies to send with it
     (those neither the store acknowledged for the thread nor this run sent already)."""
 
-    def __init__(self, bodies: ThreadBodies, redact: Redactor) -> None:
+    def __init__(self, bodies: ThreadBodies, redact: Redactor, payload_of: PayloadOf | None = None) -> None:
         self.bodies = bodies
         self.redact = redact
+        self.payload_of = payload_of or (lambda message: message_payload(message, redact))
+        """A message's redacted payload (the journal's, which it computed for the message's own event)."""
         self.sent: set[str] = set()
 
     def build(self, messages: Sequence[BaseMessage], params: Mapping[str, Any]
@@ -188,7 +190,7 @@ class RequestBuilder:
                 self._remember(message, key, digest)
         if digest and (digest in known or digest in self.sent):
             return digest
-        body = message_body(thread.thread_id, message_payload(message, self.redact))
+        body = message_body(thread.thread_id, self.payload_of(message))
         if not digest:
             digest = body.digest
             self._remember(message, key, digest)
@@ -210,7 +212,15 @@ class RequestBuilder:
         thread = self.bodies
         body = thread.texts.get(key)
         if body is None:
-            body = Body.of(thread.thread_id, loads(redacted_text(text(), self.redact)))
+            shared = (key, id(self.redact))
+            made = _TEXT_BODIES.get(shared)  # the same parameters in another thread: one encoding
+            if made is None:
+                data = _SORTED(loads(redacted_text(text(), self.redact))).encode("utf-8")
+                made = (digest_of(data), data)
+                if len(_TEXT_BODIES) >= 512:
+                    _TEXT_BODIES.clear()
+                _TEXT_BODIES[shared] = made
+            body = Body(thread.thread_id, *made)
             if len(thread.texts) >= 256:
                 thread.texts.clear()
             thread.texts[key] = body
@@ -219,6 +229,10 @@ class RequestBuilder:
             self.sent.add(digest)
             new.append(body)
         return digest
+
+
+_TEXT_BODIES: Final[dict[tuple[str, int], tuple[str, bytes]]] = {}
+"""The process's tool lists and parameter sets: (encoded text, redactor) -> (digest, body bytes)."""
 
 
 class _Registry:
