@@ -13,7 +13,7 @@ import asyncio
 import json
 import re
 import textwrap
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import pytest
 import pytest_asyncio
 from _recorded_runs import (
     PRICING,
+    WEATHER_SCRIPT,
     Recorded,
     ToolModel,
     add,
@@ -58,7 +59,7 @@ from run_journal.replay import (
     ReplayDivergence,
     replay_run,
 )
-from run_journal.testing import assert_replays
+from run_journal.testing import ScriptedChatModel, assert_replays
 
 CLI_BACKENDS = ("jsonl", "sqlite", "postgres", "redis")
 HISTORY = [HumanMessage("hi"), AIMessage("hello"), HumanMessage("how are you"), AIMessage("fine"),
@@ -520,14 +521,19 @@ def test_the_replay_command_exits_0_same_1_diverged_2_usage(cli: Any, cli_url: s
     assert "same trajectory and usage" in same.out
     assert "replay journaled in memory://" in same.out
     into = f"sqlite:///{tmp_path / 'replays.db'}"
-    diverged = cli(cli_url, "replay", run_id, "--graph", "my_graphs:colder", "--into", into,
-                   "--match", "order")
+    diverged = cli(cli_url, "replay", run_id, "--graph", "my_graphs:colder", "--into", into)
     assert diverged.code == 1, diverged.err
-    assert "first divergence: step 2: tool search of lead_agent" in diverged.out
-    assert "5 C and snow" in diverged.out
+    assert "replay diverged at model call 1 (lead_agent): no recorded call has this request" in diverged.out
+    assert 'message 2 (tool) content differs at character 0: recorded "18 C and sunny", now "5 C and snow"' \
+        in diverged.out
+    assert "first divergence: step 2: tool search of lead_agent" in diverged.out  # the comparison's
     shown = cli(into, "runs", diverged.out.rsplit("thread ", 1)[1].split(",")[0])
     assert shown.code == 0
-    assert "success" in shown.out
+    assert " error " in shown.out  # the replay stopped at the diverging call
+    lenient = cli(cli_url, "replay", run_id, "--graph", "my_graphs:colder", "--lenient")
+    assert lenient.code == 1
+    assert "replay diverged at model call 1" in lenient.out
+    assert "status success" in lenient.out
     as_json = cli(cli_url, "replay", run_id, "--graph", "my_graphs:weather", "--json")
     assert as_json.code == 0
     assert json.loads(as_json.out)["same"] is True
@@ -545,3 +551,112 @@ def test_the_replay_command_exits_0_same_1_diverged_2_usage(cli: Any, cli_url: s
     unknown = cli(cli_url, "replay", "f" * 32, "--graph", "my_graphs:weather")
     assert unknown.code == 2
     assert "not found" in unknown.err
+
+
+# -- by request -------------------------------------------------------------------------------------------
+PROMPT = "You are a weather bot."
+
+
+def requesting_agent(model: Any, *, prompt: str = PROMPT, tools: Sequence[Any] = (search, write_file)) -> Any:
+    return create_agent(model, list(tools), system_prompt=prompt)
+
+
+async def record_requested(store: RunEventStore) -> str:
+    async with RunJournal(store, thread_id="requested", pricing=PRICING) as journal:
+        await requesting_agent(ScriptedChatModel(list(WEATHER_SCRIPT))).ainvoke(
+            ask("What is the weather in Paris?"), {"callbacks": [journal]})
+    return journal.run_id
+
+
+@module_loop
+async def test_an_unchanged_run_replays_by_request(runs: Runs) -> None:
+    run_id = await record_requested(runs.store)
+    model = await RecordedChatModel.from_store(runs.store, "requested", run_id)
+    assert model.match == "request"
+    assert all(call.request is not None and call.request.tools for call in model.recorded_calls)
+    await assert_replays(runs.store, "requested", run_id, requesting_agent, pricing=PRICING)
+
+
+@module_loop
+async def test_a_changed_system_prompt_diverges_at_the_first_call_naming_it(runs: Runs) -> None:
+    run_id = await record_requested(runs.store)
+    model = await RecordedChatModel.from_store(runs.store, "requested", run_id)
+    with pytest.raises(ReplayDivergence) as raised:
+        await requesting_agent(model, prompt="You are a terse weather bot.").ainvoke(
+            ask("What is the weather in Paris?"))
+    divergence = raised.value.divergence
+    assert (divergence.call, divergence.caller) == (0, "lead_agent")
+    assert divergence.closest is not None
+    assert divergence.closest.index == 0
+    assert divergence.difference is not None
+    assert (divergence.difference.where, divergence.difference.field, divergence.difference.offset) == (
+        "message 0 (system)", "content", 10)
+    assert ('message 0 (system) content differs at character 10: recorded "You are a weather bot.", '
+            'now "You are a terse weather bot."') in str(raised.value)
+
+
+@module_loop
+async def test_a_changed_tool_output_diverges_at_the_call_after_that_tool(runs: Runs) -> None:
+    @tool("search")
+    def cold_search(query: str) -> str:
+        """Search the web."""
+        return "5 C and snow"
+
+    run_id = await record_requested(runs.store)
+    result = await replay_run(runs.store, "requested", run_id,
+                              lambda m: requesting_agent(m, tools=[cold_search, write_file]))
+    (divergence,) = result.divergences
+    assert (divergence.call, divergence.caller) == (1, "lead_agent")
+    assert divergence.difference is not None
+    assert divergence.difference.describe() == (
+        'message 3 (tool) content differs at character 0: recorded "18 C and sunny", now "5 C and snow"')
+    assert result.error is not None
+    assert result.error.startswith("ReplayDivergence: ")
+
+
+@module_loop
+async def test_a_removed_tool_is_reported_at_the_first_call(runs: Runs) -> None:
+    run_id = await record_requested(runs.store)
+    result = await replay_run(runs.store, "requested", run_id, lambda m: requesting_agent(m, tools=[search]))
+    (divergence,) = result.divergences
+    assert divergence.call == 0
+    assert divergence.difference is not None
+    assert divergence.difference.describe() == "tool 'write_file' was offered in the recording, not now"
+    assert "tool 'write_file' was offered in the recording, not now" in result.report()
+
+
+@module_loop
+async def test_lenient_replays_record_each_divergence_and_answer_by_order(runs: Runs) -> None:
+    run_id = await record_requested(runs.store)
+    result = await replay_run(runs.store, "requested", run_id,
+                              lambda m: requesting_agent(m, prompt="You are a terse weather bot."),
+                              strict=False)
+    assert [d.call for d in result.divergences] == [0, 1, 2, 3]
+    assert [d.difference.where for d in result.divergences if d.difference] == ["message 0 (system)"] * 4
+    (run,) = result.runs
+    assert run.comparison is not None
+    assert run.comparison.same
+    assert not result.same
+
+
+@module_loop
+async def test_same_named_subagents_at_once_are_answered_by_their_requests(runs: Runs) -> None:
+    tasks = [{"name": "task", "id": f"t{n}", "type": "tool_call",
+              "args": {"description": f"find flights to {city}", "subagent_type": "researcher"}}
+             for n, city in enumerate(["Lisbon", "Porto"])]
+    lead = ScriptedChatModel([said("", 5, tool_calls=tasks), said("Both done.", 20)])
+    researcher = ScriptedChatModel([calls("search", "s1", 7, query="Lisbon"),
+                                    calls("search", "s2", 7, query="Porto"),
+                                    said("Lisbon: none.", 7), said("Porto: one.", 7)])
+
+    def graph(lead: Any, researcher: Any) -> Any:
+        from deepagents import create_deep_agent
+
+        return create_deep_agent(model=lead, tools=[search], subagents=[
+            {"name": "researcher", "description": "Finds travel facts.", "system_prompt": "You research.",
+             "tools": [search], "model": researcher}])
+
+    run_id = await record(runs.store, graph(lead, researcher), "twins", ask("Flights?"))
+    result = await assert_replays(runs.store, "twins", run_id, lambda m: graph(m, m), pricing=PRICING)
+    assert result.runs[0].replayed is not None
+    assert len(result.runs[0].replayed.subagent_tasks) == 2

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from run_journal.replay.divergence import CallDivergence, ReplayDivergence, RequestDifference
 from run_journal.replay.model import RecordedChatModel
-from run_journal.replay.recorded import RecordedCall, RecordedRequest
+from run_journal.replay.recorded import RecordedCall
 from run_journal.replay.replies import RecordedModelError
+from run_journal.replay.requests import RecordedRequest
 from run_journal.replay.running import ReplayedRun, ReplayResult, recorded_input, replay_run
 
 __all__ = [

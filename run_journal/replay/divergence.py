@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from run_journal.envelope import JsonObject
-from run_journal.replay.recorded import RecordedCall, RecordedRequest
+from run_journal.replay.recorded import RecordedCall
+from run_journal.replay.requests import RecordedRequest
 from run_journal.trajectory import FieldDifference, first_difference
 from run_journal.trajectory.compare import ABSENT, excerpt
 from run_journal.trajectory.steps import value_text

@@ -29,7 +29,8 @@ from run_journal.replay.divergence import (
     agreement,
     request_difference,
 )
-from run_journal.replay.recorded import RecordedCall, RecordedRequest
+from run_journal.replay.recorded import RecordedCall
+from run_journal.replay.requests import RecordedRequest
 
 Match = Literal["request", "order"]
 MATCHES: Final = ("request", "order")

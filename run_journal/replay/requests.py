@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -12,10 +13,22 @@ from run_journal.envelope import JsonObject
 from run_journal.journal.payloads import message_payload
 from run_journal.normalization import encode, loads
 from run_journal.redact import Redactor, redacted_text
-from run_journal.replay.recorded import RecordedRequest
 
 CALL_ONLY_KWARGS: Final = frozenset({"tools", "ls_structured_output_format", "stream"})
 """Keyword arguments of a call that are not its parameters (``tools`` has a part of its own)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """What a model call was sent, in the form a replay compares: its messages (LangChain message
+    dicts without what a provider is not sent back: ids, response and usage metadata), the tools
+    offered (each ``{"name", "description", "parameters"}``; None when the call's model did not
+    report any, then they are not compared) and the call's parameters."""
+
+    messages: tuple[JsonObject, ...]
+    tools: tuple[JsonObject, ...] | None = None
+    params: JsonObject = dataclasses.field(default_factory=dict)
+
 
 
 NOT_SENT: Final = frozenset({"id", "response_metadata", "usage_metadata"})
