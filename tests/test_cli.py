@@ -769,7 +769,7 @@ COMMAND_ARGS: dict[str, list[str]] = {
     "export": [], "import": ["-"], "copy": ["memory://"], "usage": [],
     "reconcile": ["--older-than", "1h"],
     "serve": ["--port", "0"], "reprice": [], "prune": ["--older-than", "30d"], "check": ["suite.yaml"],
-    "diff": ["r1", "r2"], "calls": ["r1"],
+    "diff": ["r1", "r2"], "calls": ["r1"], "replay": ["r1", "--graph", "agent:build"],
 }
 
 

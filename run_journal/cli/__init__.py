@@ -159,7 +159,7 @@ async def run(args: argparse.Namespace, out: TextIO) -> int:
 
 def urls_of(args: argparse.Namespace) -> list[str | None]:
     """Every URL of the command line (stores, a collector): their passwords are never printed."""
-    return [getattr(args, name, None) for name in ("url", "destination", "archive", "endpoint")]
+    return [getattr(args, name, None) for name in ("url", "destination", "archive", "endpoint", "into")]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,10 +18,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from run_journal.cli.common import CliError, emit, emit_json, require_thread, resolve_run
+from run_journal.cli.common import CliError, blamed, emit, emit_json, require_thread, resolve_run
 from run_journal.cli.diff import comparison_lines
 from run_journal.stores.base import RunEventStore
 from run_journal.stores.urls import display_url, open_store
+from run_journal.writer import JournalError
 
 USAGE = 2
 NO_INPUT_GIVEN = object()
@@ -124,15 +125,22 @@ async def cmd_replay(store: RunEventStore, args: argparse.Namespace, out: TextIO
                                "whole_thread": args.whole_thread, "stream": args.stream}
     if inputs is not NO_INPUT_GIVEN:
         options["inputs"] = inputs
-    async with open_store(args.into) as into:
-        try:
-            result = await replay_run(store, thread_id, run_id, build, into=into, **options)
-        except (LookupError, ValueError) as error:
-            raise CliError(str(error), code=USAGE) from None
-        if args.json:
-            emit_json(out, _as_json(result, args.into))
-        else:
-            _print(result, args, out)
+    into = open_store(args.into)
+    with blamed("replay store", args.into):
+        await into.setup()
+    try:
+        result = await replay_run(store, thread_id, run_id, build, into=into, **options)
+    except JournalError as error:  # the replay's journal could not write to --into
+        raise CliError(f"replay store {display_url(args.into)}: {error}") from error
+    except (LookupError, ValueError) as error:
+        raise CliError(str(error), code=USAGE) from None
+    finally:
+        with blamed("replay store", args.into):
+            await into.aclose()
+    if args.json:
+        emit_json(out, _as_json(result, args.into))
+    else:
+        _print(result, args, out)
     return 0 if result.same else 1
 
 
