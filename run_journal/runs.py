@@ -137,6 +137,16 @@ class RunRow:
     cost_note: str | None = None
     """Why ``usage.cost_usd`` is None although the run made model calls (no price known for a model,
     a call that reported no usage, pricing turned off); None when the cost is known."""
+    models: tuple[str, ...] = ()
+    """Every model the run called (sorted), those of failed calls included; ``unknown`` for a call
+    that did not say. Rows written before this field read it from ``usage_by_model``."""
+    tools: tuple[str, ...] = ()
+    """The names of every tool the run called (sorted)."""
+    callers: tuple[str, ...] = ()
+    """Every caller (``lead_agent``, ``subagent:<name>``, ...) that made a model or tool call (sorted).
+    Rows written before this field read it from ``usage_by_caller``."""
+    llm_error_count: int = 0
+    """Model calls that failed (``llm.error`` events)."""
 
     def __post_init__(self) -> None:
         validate_id("run_id", self.run_id)
@@ -145,6 +155,11 @@ class RunRow:
             validate_id("user_id", self.user_id)
         object.__setattr__(self, "status", RunStatus(self.status))
         object.__setattr__(self, "metadata", normalize(self.metadata or {}))
+        for name in ("models", "tools", "callers"):
+            names = getattr(self, name)
+            if isinstance(names, str) or not all(isinstance(item, str) for item in names):
+                raise TypeError(f"RunRow.{name} is a collection of names, got {names!r}")
+            object.__setattr__(self, name, tuple(sorted(set(names))))
         for name in ("started_at", "ended_at", "updated_at"):
             moment = getattr(self, name)
             if moment is not None:
@@ -165,6 +180,17 @@ class RunRow:
     @property
     def cost_usd(self) -> float | None:
         return self.usage.cost_usd
+
+    @property
+    def has_error(self) -> bool:
+        """Whether anything in the run failed: the run itself (``run.error``), a model call
+        (``llm.error``) or a tool (an error result or a failed ``tool.outcome``)."""
+        return self.status == RunStatus.ERROR or self.llm_error_count > 0 or self.tool_error_count > 0
+
+    @property
+    def error_count(self) -> int:
+        """Failed model calls, failed tools and the run's own failure (1 when its status is error)."""
+        return self.llm_error_count + self.tool_error_count + (self.status == RunStatus.ERROR)
 
     def replace(self, **changes: Any) -> RunRow:
         return dataclasses.replace(self, **changes)
@@ -193,6 +219,10 @@ class RunRow:
             "last_ai_message": self.last_ai_message,
             "metadata": self.metadata,
             "cost_note": self.cost_note,
+            "models": list(self.models),
+            "tools": list(self.tools),
+            "callers": list(self.callers),
+            "llm_error_count": self.llm_error_count,
         }
 
     @classmethod
@@ -200,6 +230,10 @@ class RunRow:
         def moment(value: str | None) -> datetime | None:
             return datetime.fromisoformat(value) if value else None
 
+        by_caller = {key: UsageTotals.from_dict(value)
+                     for key, value in (data.get("usage_by_caller") or {}).items()}
+        by_model = {key: UsageTotals.from_dict(value)
+                    for key, value in (data.get("usage_by_model") or {}).items()}
         return cls(
             run_id=data["run_id"],
             thread_id=data["thread_id"],
@@ -211,14 +245,8 @@ class RunRow:
             resumed_from=data.get("resumed_from"),
             error=data.get("error"),
             usage=UsageTotals.from_dict(data.get("usage")),
-            usage_by_caller={
-                key: UsageTotals.from_dict(value)
-                for key, value in (data.get("usage_by_caller") or {}).items()
-            },
-            usage_by_model={
-                key: UsageTotals.from_dict(value)
-                for key, value in (data.get("usage_by_model") or {}).items()
-            },
+            usage_by_caller=by_caller,
+            usage_by_model=by_model,
             tool_call_count=int(data.get("tool_call_count", 0)),
             tool_error_count=int(data.get("tool_error_count", 0)),
             message_count=int(data.get("message_count", 0)),
@@ -226,6 +254,10 @@ class RunRow:
             last_ai_message=data.get("last_ai_message"),
             metadata=dict(data.get("metadata") or {}),
             cost_note=data.get("cost_note"),
+            models=tuple(data["models"]) if "models" in data else tuple(by_model),
+            tools=tuple(data.get("tools") or ()),
+            callers=tuple(data["callers"]) if "callers" in data else tuple(by_caller),
+            llm_error_count=int(data.get("llm_error_count", 0)),
         )
 
 
