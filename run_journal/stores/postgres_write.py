@@ -119,11 +119,14 @@ BEGIN
 
     IF p_row IS NOT NULL AND v_closed THEN
         INSERT INTO {runs} AS r (run_id, thread_id, user_id, status, started_at, updated_at, "row",
-                                 first_put_at, ordered_at)
-        VALUES (p_row[1], p_row[2], p_row[3], p_row[4], p_row[5], p_row[6], p_row[7], p_row[8], p_row[9])
+                                 first_put_at, ordered_at, tags, total_tokens, cost_usd, has_error)
+        VALUES (p_row[1], p_row[2], p_row[3], p_row[4], p_row[5], p_row[6], p_row[7], p_row[8], p_row[9],
+                p_row[10], p_row[11]::bigint, p_row[12]::double precision, p_row[13]::boolean)
         ON CONFLICT (run_id) DO UPDATE SET user_id = excluded.user_id, status = excluded.status,
             started_at = excluded.started_at, updated_at = excluded.updated_at, "row" = excluded."row",
-            ordered_at = coalesce(excluded.started_at, r.first_put_at)
+            ordered_at = coalesce(excluded.started_at, r.first_put_at), tags = excluded.tags,
+            total_tokens = excluded.total_tokens, cost_usd = excluded.cost_usd,
+            has_error = excluded.has_error
         WHERE r.thread_id = excluded.thread_id
           AND (r.status <> ALL (p_finished) OR r.status = excluded.status)
         RETURNING r."row", r.thread_id INTO v_row_json, v_row_thread;
@@ -145,6 +148,11 @@ $write$
 """
 
 
+def _text(value: Any) -> str:
+    """A run column as the text of ``p_row`` (the function casts it back)."""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
 def call(schema: str | None) -> str:
     """The statement of one write: asyncpg's ``$n`` parameters, in ``arguments`` order."""
     marks = ", ".join(f"${n}" for n in range(1, 15))
@@ -162,6 +170,7 @@ def arguments(
         [e.event_type for e in events], [e.category for e in events], [e.content_json for e in events],
         [e.metadata_json for e in events], [e.task_id for e in events],
         [stamp(e.created_at) for e in events], [e.user_id for e in events],
-        list(exclusive) if exclusive is not None else None, list(row) if row is not None else None,
+        list(exclusive) if exclusive is not None else None,
+        [None if value is None else _text(value) for value in row] if row is not None else None,
         list(FINISHED), channel,
     )
