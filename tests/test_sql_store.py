@@ -446,7 +446,8 @@ def search_gone(url: str) -> list[str]:
         triggers = [f"DROP TRIGGER run_journal_run_tags_{name}" for name in ("insert", "update", "delete")]
     return [
         *triggers, f"DROP TABLE {prefix}run_journal_run_tags",
-        f"DROP INDEX {prefix}ix_run_journal_runs_user_order", f"DROP INDEX {prefix}ix_run_journal_runs_errors",
+        f"DROP INDEX {prefix}ix_run_journal_runs_user_order",
+        f"DROP INDEX {prefix}ix_run_journal_runs_errors",
         *(f"ALTER TABLE {runs_table} DROP COLUMN {name}"
           for name in ("tags", "total_tokens", "cost_usd", "has_error")),
     ]

@@ -489,10 +489,11 @@ class SqlWork:
         return [(str(moment), RunRow.from_dict(loads(row))) for moment, row in db.rows(sql, params)]
 
     def search_sql(self, query: SearchQuery) -> tuple[str, dict[str, Any]]:
-        """``search_runs``' statement and its parameters. One index range read backwards, filtered: with a model, tool or caller, the range of its
-        first tag in ``run_journal_run_tags`` (tag, ordered_at, run_id) joined to the rows, the other
-        tags checked by their key; otherwise the runs table in list order, by the index the planner
-        picks for the equalities (thread, user, status, errors)."""
+        """``search_runs``' statement and its parameters. One index range read backwards, filtered:
+        with a model, tool or caller, the range of its first tag in ``run_journal_run_tags`` (tag,
+        ordered_at, run_id) joined to the rows, the other tags checked by their key; otherwise the
+        runs table in list order, by the index the planner picks for the equalities (thread, user,
+        status, errors)."""
         params: dict[str, Any] = {"limit": query.limit}
         where: list[str] = []
         tags = query.tags
