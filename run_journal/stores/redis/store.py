@@ -27,7 +27,7 @@ import dataclasses
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -45,6 +45,7 @@ from run_journal.stores.base import (
     RunEventStore,
     RunIdTakenError,
     RunQuery,
+    SearchQuery,
     StartQuery,
     ThreadActivity,
     ThreadQuery,
@@ -64,14 +65,16 @@ from run_journal.stores.redis.records import (
     task_key,
     text,
 )
+from run_journal.stores.redis.search import SEPARATOR, micros, search, search_keys
 
 DEFAULT_PREFIX: Final = "run_journal:"
 MAX_CONNECTIONS: Final = 10
 """Connections of a store's pool by default (a blocking pool: a call waits for a free one)."""
 CONNECTION_WAIT: Final = 30.0
-LAYOUT_VERSION: Final = 3
+LAYOUT_VERSION: Final = 5
 """The key layout of a prefix (``P layout``): 2 added the activity order (``P recent``), 3 the runs
-by status (``P st/<status>``)."""
+by status (``P st/<status>``), 5 the search sets (``stores/redis/search.py``); 4 is kept for body
+storage."""
 FOLLOW_FALLBACK_SECONDS: Final = 5.0
 """A follower re-reads at least this often even without a notification (a lost publish, a restart)."""
 
@@ -128,6 +131,7 @@ class RedisRunEventStore(RunEventStore):
         self._delete_run_script = register(header("#!lua flags=allow-oom") + scripts.DELETE_RUN_STEP)
         self._place_thread_script = register(header("#!lua") + scripts.PLACE_THREAD)
         self._index_statuses_script = register(header("#!lua") + scripts.INDEX_RUN_STATUSES)
+        self._index_search_script = register(header("#!lua") + scripts.INDEX_RUN_SEARCH)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisRunEventStore:
@@ -187,6 +191,8 @@ class RedisRunEventStore(RunEventStore):
             await self._place_every_thread()
         if version < 3:
             await self._index_every_run_status()
+        if version < 5:
+            await self._index_every_run_search()
         if version < LAYOUT_VERSION or fresh:
             await self._client.set(layout, LAYOUT_VERSION)
 
@@ -197,6 +203,23 @@ class RedisRunEventStore(RunEventStore):
         while run_ids := [text(run_id) for run_id in cast(list[bytes | str], await self._client.zrange(
                 self._prefix + "runs", start, start + 499))]:  # members only: no scores
             await self._index_statuses_script(args=[self._prefix, *run_ids])
+            start += len(run_ids)
+
+    async def _index_every_run_search(self) -> None:
+        """The upgrade of a prefix written before the search sets (layout 5): every run joins the
+        sets of what its row holds. Idempotent; a run a writer indexed meanwhile is left alone."""
+        start = 0
+        while run_ids := [text(run_id) for run_id in cast(list[bytes | str], await self._client.zrange(
+                self._prefix + "runs", start, start + 499))]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for run_id in run_ids:
+                    pipe.hget(f"{self._prefix}run/{run_id}", "row")
+                rows = await pipe.execute()
+            calls: list[ScriptCall] = [(self._index_search_script, [],
+                      [self._prefix, run_id, SEPARATOR.join(search_keys(RunRow.from_dict(json.loads(raw))))])
+                     for run_id, raw in zip(run_ids, rows, strict=True) if raw is not None]
+            if calls:
+                await run_scripts(self._client, calls)
             start += len(run_ids)
 
     async def _place_every_thread(self) -> None:
@@ -332,8 +355,8 @@ class RedisRunEventStore(RunEventStore):
         args: list[str | int] = [
             self._prefix, row.run_id, row.thread_id, str(row.status), row_json,
             self._retention.ttl_seconds or 0,
-            _micros(row.started_at) if row.started_at is not None else "", _micros(utc_now()),
-            *sorted(TERMINAL_STATUSES),
+            micros(row.started_at) if row.started_at is not None else "", micros(utc_now()),
+            SEPARATOR.join(search_keys(row)), *sorted(TERMINAL_STATUSES),
         ]
         stored = await self._put_run_script(args=args)
         if isinstance(stored, list):  # ['thread', owner]: the run belongs to another thread
@@ -529,6 +552,9 @@ class RedisRunEventStore(RunEventStore):
                  if query.admits(row.thread_id, row.status, row.user_id)]
         return found if query.limit is None else found[: query.limit]
 
+    async def _search_runs(self, query: SearchQuery) -> list[tuple[str, RunRow]]:
+        return await search(self._client, self._prefix, query)
+
     async def _count_runs(self, query: RunQuery) -> int:
         if query.statuses is None and query.user_id is None and self._retention.ttl_seconds is None:
             return int(await self._client.zcard(self._runs_index(query)))
@@ -577,12 +603,3 @@ def _indexes(query: EventQuery) -> list[str]:
     if query.run_id is not None:
         return [f"r/{query.run_id}/all"]
     return [f"u/{query.user_id}/all" if query.user_id is not None else "all"]
-
-
-def _micros(moment: datetime) -> int:
-    """A sort score: whole microseconds since the epoch (exact in a double until year 2255)."""
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
