@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from run_journal.catalog import LEAD_AGENT
 from run_journal.checks.vocabulary import Check, CheckResult
 from run_journal.envelope import RunEvent
 from run_journal.runs import RunRow
@@ -151,7 +152,7 @@ class RunAssertions:
 
 def outline(trajectory: Trajectory, limit: int = OUTLINE_STEPS) -> str:
     """The run's steps in one line: ``model call@3 -> tool add@4 -> model call@7``."""
-    steps = [f"{step.label()}@{step.seq}" + (f" [{step.caller}]" if step.caller != "lead_agent" else "")
+    steps = [f"{step.label()}@{step.seq}" + (f" [{step.caller}]" if step.caller != LEAD_AGENT else "")
              for step in trajectory.steps]
     shown = " -> ".join(steps[:limit]) or "none"
     return shown + (f" -> … ({len(steps) - limit} more)" if len(steps) > limit else "")

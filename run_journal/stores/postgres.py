@@ -41,6 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.schema import CreateSchema
 
+from run_journal.bodies import Body
 from run_journal.envelope import NewEvent, RunEvent
 from run_journal.runs import RunRow
 from run_journal.stores import postgres_write
@@ -239,10 +240,11 @@ class PostgresRunEventStore(SqlRunEventStore):
             except DBAPIError as error:
                 if getattr(error.orig, "sqlstate", None) not in REFUSED:
                     raise
-                if loop.time() + pause > deadline:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
                     raise StoreError(f"PostgreSQL refused new connections for {self.connection_wait} s: "
                                      f"{error.orig}") from error
-                await asyncio.sleep(pause)
+                await asyncio.sleep(min(pause, remaining))
                 pause = min(pause * 2, 1.0)
         try:
             yield connection
@@ -290,7 +292,9 @@ class PostgresRunEventStore(SqlRunEventStore):
                 raise
         return int(found[0]), bool(found[1]), found[2], found[3]
 
-    async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+    async def _append(self, batch: Sequence[NewEvent], bodies: Sequence[Body] = ()) -> list[RunEvent]:
+        if bodies:
+            await self._put_bodies(bodies)  # not yet in the same step
         written = await self._call_write(batch, None, None) if self._one_call(batch) else None
         if written is None:
             return await super()._append(batch)
@@ -298,8 +302,11 @@ class PostgresRunEventStore(SqlRunEventStore):
         return [RunEvent.stored(event, start + n) for n, event in enumerate(batch)]
 
     async def _put_run_close(
-        self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow
+        self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow,
+        bodies: Sequence[Body] = (),
     ) -> bool:
+        if bodies:
+            await self._put_bodies(bodies)  # not yet in the same step
         events = [*batch, terminal]
         values = run_values(row)
         columns = [values[name] for name in RUN_COLUMNS]

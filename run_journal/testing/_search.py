@@ -174,7 +174,7 @@ class SearchTests(StoreSuiteBase):
     @pytest.mark.parametrize(("arguments", "named"), [
         ({"statuses": "error"}, "statuses"),
         ({"statuses": ["failed"]}, "statuses"),
-        ({"since": datetime(2024, 1, 1)}, "since"),  # naive: refused
+        ({"since": datetime(2024, 1, 1)}, "since"),  # noqa: DTZ001 - naive on purpose: refused
         ({"until": "yesterday"}, "until"),
         ({"model": ""}, "model"),
         ({"tool": 3}, "tool"),

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from run_journal.catalog import MIDDLEWARE_PREFIX, TERMINAL_RUN_EVENTS, canonical_event_type
+from run_journal.catalog import LEAD_AGENT, MIDDLEWARE_PREFIX, TERMINAL_RUN_EVENTS, canonical_event_type
 from run_journal.envelope import JsonValue, RunEvent
 from run_journal.projections import iter_events
 from run_journal.runs import RunRow, RunStatus, UsageTotals, status_of
@@ -316,7 +316,7 @@ def _parsed(preview: str, truncated: bool) -> JsonValue:
 
 def _caller(event: RunEvent) -> str:
     caller = event.metadata.get("caller")
-    return caller if isinstance(caller, str) else "lead_agent"
+    return caller if isinstance(caller, str) else LEAD_AGENT
 
 
 def _str(value: Any) -> str | None:

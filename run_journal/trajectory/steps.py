@@ -11,16 +11,17 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Any, ClassVar, Final
 
+from run_journal.catalog import AGENT_PREFIX, LEAD_AGENT
 from run_journal.envelope import JsonObject, JsonValue
 from run_journal.runs import UsageTotals
 
-AGENT_CALLERS: Final = ("lead_agent", "agent:")
+AGENT_CALLERS: Final = (LEAD_AGENT, AGENT_PREFIX)
 """Callers whose replies are the conversation a user sees: the lead agent and each named agent."""
 
 
 def is_agent_caller(caller: str) -> bool:
     """``lead_agent`` or ``agent:<name>`` (not a subagent, not a middleware)."""
-    return caller == "lead_agent" or caller.startswith("agent:")
+    return caller == LEAD_AGENT or caller.startswith(AGENT_PREFIX)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

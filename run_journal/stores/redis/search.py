@@ -95,7 +95,7 @@ async def search(client: Redis, prefix: str, query: SearchQuery) -> list[tuple[s
     found: list[tuple[str, RunRow]] = []
     offset, chunk = 0, max(FIRST_CHUNK, min(query.limit * 2, LAST_CHUNK))
     while len(found) < query.limit:
-        members = cast(list[tuple[bytes | str, float]], await client.zrange(
+        members = cast("list[tuple[bytes | str, float]]", await client.zrange(
             walked, top, bottom, desc=True, byscore=True, withscores=True, offset=offset, num=chunk))
         if not members:
             break
