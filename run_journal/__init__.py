@@ -13,6 +13,7 @@ from run_journal.stores.base import (
     IncompatibleStoreError,
     RunEventStore,
     RunIdTakenError,
+    RunPage,
     StoreClosedError,
     StoreError,
 )
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
         read_trajectory,
         trajectory_of,
     )
+    from run_journal.trends import UsageBucket, usage_trend
     from run_journal.workspace import (
         WorkspaceLimits,
         WorkspaceSnapshot,
@@ -60,6 +62,8 @@ _LAZY = {
     "read_trajectory": "run_journal.trajectory",
     "trajectory_of": "run_journal.trajectory",
     "record_score": "run_journal.checks",
+    "UsageBucket": "run_journal.trends",
+    "usage_trend": "run_journal.trends",
 }
 """Names that load on first use: LangChain, LangGraph, SQLAlchemy and the Redis client are only paid
 for by the programs that use them (the command line starts without them)."""
@@ -89,6 +93,7 @@ __all__ = [
     "RunEventStore",
     "RunIdTakenError",
     "RunJournal",
+    "RunPage",
     "RunRow",
     "RunStatus",
     "SqlRunEventStore",
@@ -96,6 +101,7 @@ __all__ = [
     "StoreError",
     "StoreTimeoutError",
     "Trajectory",
+    "UsageBucket",
     "UsageTotals",
     "WorkspaceLimits",
     "WorkspaceSnapshot",
@@ -109,6 +115,7 @@ __all__ = [
     "status_of",
     "subagent_run_event",
     "trajectory_of",
+    "usage_trend",
     "wrap_subagent_stream",
 ]
 

@@ -173,18 +173,24 @@ def test_threads_and_runs(cli: Cli, shared_url: str) -> None:
     result = cli(shared_url, "threads")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split()[:3] == ["thread", "events", "runs"]
-    assert [line.split()[:3] for line in lines[1:]] == [["t1", "10", "2"], ["t2", "10", "2"]]
+    assert lines[0].split()[:3] == ["thread", "last", "activity"]
+    # both threads' newest events are at the same moment: the greater thread id first
+    assert [line.split()[0:1] + line.split()[2:4] for line in lines[1:]] == [["t2", "10", "2"],
+                                                                           ["t1", "10", "2"]]
     assert "\x1b[" not in result.stdout
     rows = [json.loads(line) for line in cli(shared_url, "threads", "--json").stdout.splitlines()]
-    assert rows[0] == {"thread_id": "t1", "events": 10, "runs": 2, "last_status": "error",
+    assert rows[1] == {"thread_id": "t1", "events": 10, "runs": 2, "last_status": "error",
+                       "last_activity_at": (START + timedelta(seconds=9)).isoformat(timespec="seconds"),
                        "last_started_at": (START + timedelta(seconds=8)).isoformat(timespec="seconds")}
+    first = cli(shared_url, "threads", "--limit", "1", "--json").stdout.splitlines()
+    assert [json.loads(line)["thread_id"] for line in first] == ["t2"]
     runs = cli(shared_url, "runs", "t1")
     assert runs.returncode == 0
-    assert [line.split()[:2] for line in runs.stdout.splitlines()[1:]] == [["r1", "success"], ["r2", "error"]]
+    assert [line.split()[:3] for line in runs.stdout.splitlines()[1:]] == [["r2", "t1", "error"],
+                                                                          ["r1", "t1", "success"]]
     as_json = cli(shared_url, "runs", "t1", "--json").stdout.splitlines()
     parsed = [RunRow.from_dict(json.loads(line)) for line in as_json]
-    assert [row.usage.total_tokens for row in parsed] == [15, 0]
+    assert [row.usage.total_tokens for row in parsed] == [0, 15]
 
 
 def test_show_prints_a_timeline_and_totals(cli: Cli, shared_url: str) -> None:
