@@ -494,6 +494,7 @@ def test_ctrl_c_anywhere_is_status_130_without_a_traceback(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(RunEventStore, "list_threads", interrupted)
+    monkeypatch.setattr(RunEventStore, "list_recent_threads", interrupted)
     assert cli(sqlite_url, *command) == Done(130, "", "")
 
 

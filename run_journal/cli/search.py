@@ -20,7 +20,6 @@ from run_journal.projections import summarize_usage
 from run_journal.runs import RunRow, RunStatus
 from run_journal.stores.base import MAX_PAGE, RunEventStore
 from run_journal.trends import TREND_KEYS, usage_by
-from run_journal.usage.tally import cap_text
 
 MOMENT_HELP = "an age (90s, 30m, 2h, 1d, 2w: that long ago) or an ISO date or time (2024-05-01, " \
               "2024-05-01T13:00Z; UTC when no offset)"
@@ -164,7 +163,8 @@ def _run_cells(row: RunRow, short_id: str) -> list[Any]:
             row.started_at.isoformat(timespec="seconds") if row.started_at else None,
             f"{took.total_seconds():.2f}s" if took is not None else None, row.usage.total_tokens,
             render.cost_text(row.usage.cost_usd), row.error_count,
-            cap_text(",".join(row.models), 30) or None, cap_text(",".join(row.tools), 30) or None,
+            render.one_line(",".join(row.models), 30) or None,
+            render.one_line(",".join(row.tools), 30) or None,
             render.one_line(row.first_human_message or "", 40)]
 
 
