@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from run_journal.cli import render
@@ -12,31 +11,15 @@ from run_journal.cli.common import (
     add_command,
     emit,
     emit_json,
-    parse_duration,
+    parse_when,
     positive,
     require_thread,
 )
+from run_journal.moments import MOMENT_EXAMPLES
 from run_journal.projections import summarize_usage
 from run_journal.runs import RunRow, RunStatus
 from run_journal.stores.base import MAX_PAGE, RunEventStore
 from run_journal.trends import TREND_KEYS, usage_by
-
-MOMENT_HELP = "an age (90s, 30m, 2h, 1d, 2w: that long ago) or an ISO date or time (2024-05-01, " \
-              "2024-05-01T13:00Z; UTC when no offset)"
-
-
-def parse_moment(text: str) -> datetime:
-    """``--since`` / ``--until``: an age (``parse_duration``: that long before now) or an ISO 8601
-    date or time (UTC when it has no offset)."""
-    try:
-        return datetime.now(UTC) - parse_duration(text)
-    except argparse.ArgumentTypeError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an age or a date: {text!r} ({MOMENT_HELP})") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _statuses(text: str) -> list[str]:
@@ -73,9 +56,9 @@ def add_run_filters(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("run filters (every one given must match)")
     group.add_argument("--status", dest="statuses", type=_statuses, action="append", metavar="STATUS",
                        help="one of these statuses (repeatable or comma-separated: error,cancelled)")
-    group.add_argument("--since", type=parse_moment, metavar="WHEN",
-                       help=f"started at or after: {MOMENT_HELP}")
-    group.add_argument("--until", type=parse_moment, metavar="WHEN", help="started before (as --since)")
+    group.add_argument("--since", type=parse_when, metavar="WHEN",
+                       help=f"started at or after: {MOMENT_EXAMPLES}")
+    group.add_argument("--until", type=parse_when, metavar="WHEN", help="started before (as --since)")
     group.add_argument("--model", help="called this model")
     group.add_argument("--tool", help="called this tool")
     group.add_argument("--caller", help="has calls of this caller (lead_agent, subagent:NAME, ...)")
