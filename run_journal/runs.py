@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final, Protocol
@@ -92,11 +92,15 @@ class UsageTotals:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> UsageTotals:
-        known = {field.name for field in dataclasses.fields(cls)}
-        return cls(**{key: value for key, value in (data or {}).items() if key in known})
+        if not data:
+            return cls()
+        if data.keys() == _USAGE_KEYS:  # what to_dict wrote: every field, nothing else
+            return cls(**data)
+        return cls(**{key: value for key, value in data.items() if key in _USAGE_KEYS})
 
 
 _USAGE_FIELDS: Final = tuple(field.name for field in dataclasses.fields(UsageTotals))
+_USAGE_KEYS: Final = frozenset(_USAGE_FIELDS)
 
 
 def _add_cost(left: UsageTotals, right: UsageTotals) -> float | None:
@@ -259,6 +263,75 @@ class RunRow:
             callers=tuple(data["callers"]) if "callers" in data else tuple(by_caller),
             llm_error_count=int(data.get("llm_error_count", 0)),
         )
+
+
+def _moment(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+class StoredBuckets(Mapping[str, UsageTotals]):
+    """A stored row's per-model or per-caller totals, each decoded when it is first read: a page of
+    rows that nobody looks into the buckets of costs no bucket decoding. A read-only mapping equal to
+    the dict it stands for."""
+
+    __slots__ = ("_decoded", "_raw")
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self._raw = raw
+        self._decoded: dict[str, UsageTotals] = {}
+
+    def __getitem__(self, key: str) -> UsageTotals:
+        found = self._decoded.get(key)
+        if found is None:
+            found = self._decoded[key] = UsageTotals.from_dict(self._raw[key])
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+_STATUSES: Final = {status.value: status for status in RunStatus}
+_SET: Final = object.__setattr__
+
+
+def stored_row(data: Mapping[str, Any]) -> RunRow:
+    """A run row from the JSON a store wrote (``RunRow.to_dict()`` of a row that was checked when it
+    was built): the same row as ``RunRow.from_dict`` without checking it again, which is most of
+    what reading a row costs. Only for a store's own rows; anything else goes through ``from_dict``."""
+    row = object.__new__(RunRow)
+    get, put = data.get, _SET
+    status = get("status", "pending")
+    by_caller, by_model = get("usage_by_caller") or {}, get("usage_by_model") or {}
+    put(row, "run_id", data["run_id"])
+    put(row, "thread_id", data["thread_id"])
+    put(row, "user_id", get("user_id"))
+    put(row, "status", _STATUSES.get(status) or RunStatus(status))
+    put(row, "started_at", _moment(get("started_at")))
+    put(row, "ended_at", _moment(get("ended_at")))
+    put(row, "updated_at", _moment(get("updated_at")) or utc_now())
+    put(row, "resumed_from", get("resumed_from"))
+    put(row, "error", get("error"))
+    put(row, "usage", UsageTotals.from_dict(get("usage")))
+    put(row, "usage_by_caller", StoredBuckets(by_caller))
+    put(row, "usage_by_model", StoredBuckets(by_model))
+    put(row, "tool_call_count", int(get("tool_call_count", 0)))
+    put(row, "tool_error_count", int(get("tool_error_count", 0)))
+    put(row, "message_count", int(get("message_count", 0)))
+    put(row, "first_human_message", get("first_human_message"))
+    put(row, "last_ai_message", get("last_ai_message"))
+    put(row, "metadata", dict(get("metadata") or {}))
+    put(row, "cost_note", get("cost_note"))
+    put(row, "models", tuple(data["models"]) if "models" in data else tuple(sorted(by_model)))
+    put(row, "tools", tuple(get("tools") or ()))
+    put(row, "callers", tuple(data["callers"]) if "callers" in data else tuple(sorted(by_caller)))
+    put(row, "llm_error_count", int(get("llm_error_count", 0)))
+    return row
 
 
 RowSnapshot = Callable[[], RunRow]

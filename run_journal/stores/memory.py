@@ -28,7 +28,7 @@ from typing import Any, Final, NamedTuple
 
 from run_journal.bodies import Body
 from run_journal.envelope import NewEvent, RunEvent, dumps, loads, utc_now
-from run_journal.runs import RunRow, may_replace
+from run_journal.runs import RunRow, may_replace, stored_row
 from run_journal.stores.base import (
     MESSAGE,
     RUN_START,
@@ -196,7 +196,7 @@ class StoredRun:
     """The row as written, never handed out (reads decode ``row_json``): what search filters read."""
 
     def row(self) -> RunRow:
-        return RunRow.from_dict(loads(self.row_json))
+        return stored_row(loads(self.row_json))
 
     def sort_key(self) -> tuple[datetime, str]:
         return (self.started_at or self.first_put_at, self.run_id)

@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from run_journal.bodies import Body
 from run_journal.envelope import NewEvent, RunEvent, dumps, loads, utc_now
-from run_journal.runs import TERMINAL_STATUSES, RunRow
+from run_journal.runs import TERMINAL_STATUSES, RunRow, stored_row
 from run_journal.stores.base import (
     MESSAGE,
     RUN_START,
@@ -433,7 +433,7 @@ class SqlWork:
 
     def get_run(self, db: SqlSession, run_id: str) -> RunRow | None:
         found = db.rows(self.stored_run, {"run_id": run_id})
-        return RunRow.from_dict(loads(found[0][0])) if found else None
+        return stored_row(loads(found[0][0])) if found else None
 
     def select_starts_without_row(self, db: SqlSession, query: StartQuery) -> list[RunEvent]:
         """The rowless claims of the partial index (``has_row``), each joined to its run.start by
@@ -483,11 +483,11 @@ class SqlWork:
         if query.limit is not None:
             sql += " LIMIT :limit"
             params["limit"] = query.limit
-        return [RunRow.from_dict(loads(row[0])) for row in db.rows(sql, params)]
+        return [stored_row(loads(row[0])) for row in db.rows(sql, params)]
 
     def search_runs(self, db: SqlSession, query: SearchQuery) -> list[tuple[str, RunRow]]:
         sql, params = self.search_sql(query)
-        return [(str(moment), RunRow.from_dict(loads(row))) for moment, row in db.rows(sql, params)]
+        return [(str(moment), stored_row(loads(row))) for moment, row in db.rows(sql, params)]
 
     def search_sql(self, query: SearchQuery) -> tuple[str, dict[str, Any]]:
         """``search_runs``' statement and its parameters. One index range read backwards, filtered:
@@ -659,7 +659,7 @@ class SqlRunEventStore(RunEventStore):
         row_json, owner = await self._write(self._work.put_run, run_values(row))
         if owner != row.thread_id:
             raise moved_run_error(row.run_id, owner, row.thread_id)
-        return RunRow.from_dict(loads(row_json))
+        return stored_row(loads(row_json))
 
     async def _put_run_close(
         self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow,

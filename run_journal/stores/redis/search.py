@@ -19,7 +19,7 @@ from typing import Any, Final, cast
 
 from redis.asyncio import Redis
 
-from run_journal.runs import RunRow
+from run_journal.runs import RunRow, stored_row
 from run_journal.stores.queries import SearchQuery, run_tags, stamp
 from run_journal.stores.redis.records import text
 
@@ -111,7 +111,7 @@ async def search(client: Redis, prefix: str, query: SearchQuery) -> list[tuple[s
         for n, ((_, score), raw) in enumerate(zip(members, rows, strict=True)):
             if raw is None or any(scores[n] is None for scores in scores_elsewhere):
                 continue  # not in every set, or a row past its retention TTL
-            row, place = RunRow.from_dict(json.loads(raw)), place_of(score)
+            row, place = stored_row(json.loads(raw)), place_of(score)
             if query.admits(row, place):
                 found.append((place, row))
         if len(members) < chunk:

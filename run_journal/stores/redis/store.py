@@ -35,7 +35,7 @@ import redis.asyncio as aioredis
 
 from run_journal.bodies import Body
 from run_journal.envelope import NewEvent, RunEvent, utc_now
-from run_journal.runs import TERMINAL_STATUSES, RunRow
+from run_journal.runs import TERMINAL_STATUSES, RunRow, stored_row
 from run_journal.stores.base import (
     CONTRACT_MAJOR,
     CONTRACT_VERSION,
@@ -365,7 +365,7 @@ class RedisRunEventStore(RunEventStore):
         if isinstance(stored, list):  # ['thread', owner]: the run belongs to another thread
             owner = text(stored[1])
             raise ValueError(f"run {row.run_id!r} belongs to thread {owner!r}, not {row.thread_id!r}")
-        return RunRow.from_dict(json.loads(stored if stored is not None else row_json))
+        return stored_row(json.loads(stored if stored is not None else row_json))
 
     # -- reads -----------------------------------------------------------------------------------
     async def _select_events(self, query: EventQuery) -> list[RunEvent]:
@@ -491,7 +491,7 @@ class RedisRunEventStore(RunEventStore):
     # -- runs ------------------------------------------------------------------------------------
     async def _get_run(self, run_id: str) -> RunRow | None:
         stored = await self._client.hget(f"{self._prefix}run/{run_id}", "row")
-        return RunRow.from_dict(json.loads(stored)) if stored is not None else None
+        return stored_row(json.loads(stored)) if stored is not None else None
 
     async def _select_runs(self, query: RunQuery) -> list[RunRow]:
         """A range of ``B runs`` (or ``P runs``) by rank, from the cursor's rank, in chunks until the
@@ -522,7 +522,7 @@ class RedisRunEventStore(RunEventStore):
             expired = [run_id for run_id, row in zip(run_ids, rows, strict=True) if row is None]
             if expired:
                 await self._client.zrem(index, *expired)
-            for row in (RunRow.from_dict(json.loads(raw)) for raw in rows if raw is not None):
+            for row in (stored_row(json.loads(raw)) for raw in rows if raw is not None):
                 if query.admits(row.thread_id, row.status, row.user_id):
                     found.append(row)
             start += len(run_ids) - len(expired)
@@ -551,7 +551,7 @@ class RedisRunEventStore(RunEventStore):
             for run_id in run_ids:
                 pipe.hget(f"{self._prefix}run/{run_id}", "row")
             rows = await pipe.execute()
-        found = [row for row in (RunRow.from_dict(json.loads(raw)) for raw in rows if raw is not None)
+        found = [row for row in (stored_row(json.loads(raw)) for raw in rows if raw is not None)
                  if query.admits(row.thread_id, row.status, row.user_id)]
         return found if query.limit is None else found[: query.limit]
 
