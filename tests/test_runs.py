@@ -222,7 +222,8 @@ def test_a_stored_row_reads_back_as_from_dict_reads_it() -> None:
 
     usage = UsageTotals(input_tokens=3, output_tokens=4, total_tokens=7, llm_calls=1, cost_usd=0.25)
     row = RunRow(run_id="r", thread_id="t", user_id="u", status="error",
-                 started_at=datetime(2024, 1, 1, tzinfo=UTC), usage=usage, usage_by_model={"gpt-4o": usage}, usage_by_caller={"lead_agent": usage},
+                 started_at=datetime(2024, 1, 1, tzinfo=UTC), usage=usage, usage_by_model={"gpt-4o": usage},
+                 usage_by_caller={"lead_agent": usage},
                  tools=("search", "fetch"), llm_error_count=2, metadata={"run_name": "agent"}, error="boom")
     data = json.loads(json.dumps(row.to_dict()))
     assert stored_row(data) == RunRow.from_dict(data) == row
