@@ -33,6 +33,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -239,6 +240,7 @@ async def bench_sql(backend: str, total: int, repeat: int) -> list[str]:
     finally:
         if backend == "sqlite":
             raw_connection.close()
+            shutil.rmtree(directory)
         else:
             await raw_connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
             await raw_connection.close()

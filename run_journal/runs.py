@@ -302,8 +302,9 @@ _SET: Final = object.__setattr__
 
 def stored_row(data: Mapping[str, Any]) -> RunRow:
     """A run row from the JSON a store wrote (``RunRow.to_dict()`` of a row that was checked when it
-    was built): the same row as ``RunRow.from_dict`` without checking it again, which is most of
-    what reading a row costs. Only for a store's own rows; anything else goes through ``from_dict``."""
+    was built), parsed for this call alone: the same row as ``RunRow.from_dict`` without checking it
+    again, which is most of what reading a row costs. Only for a store's own freshly parsed rows;
+    anything else goes through ``from_dict``."""
     row = object.__new__(RunRow)
     get, put = data.get, _SET
     status = get("status", "pending")
@@ -320,17 +321,17 @@ def stored_row(data: Mapping[str, Any]) -> RunRow:
     put(row, "usage", UsageTotals.from_dict(get("usage")))
     put(row, "usage_by_caller", StoredBuckets(by_caller))
     put(row, "usage_by_model", StoredBuckets(by_model))
-    put(row, "tool_call_count", int(get("tool_call_count", 0)))
-    put(row, "tool_error_count", int(get("tool_error_count", 0)))
-    put(row, "message_count", int(get("message_count", 0)))
+    put(row, "tool_call_count", get("tool_call_count", 0))
+    put(row, "tool_error_count", get("tool_error_count", 0))
+    put(row, "message_count", get("message_count", 0))
     put(row, "first_human_message", get("first_human_message"))
     put(row, "last_ai_message", get("last_ai_message"))
-    put(row, "metadata", dict(get("metadata") or {}))
+    put(row, "metadata", get("metadata") or {})
     put(row, "cost_note", get("cost_note"))
     put(row, "models", tuple(data["models"]) if "models" in data else tuple(sorted(by_model)))
     put(row, "tools", tuple(get("tools") or ()))
     put(row, "callers", tuple(data["callers"]) if "callers" in data else tuple(sorted(by_caller)))
-    put(row, "llm_error_count", int(get("llm_error_count", 0)))
+    put(row, "llm_error_count", get("llm_error_count", 0))
     return row
 
 
