@@ -44,6 +44,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from run_journal import RunEventStore, RunRow, UsageTotals, open_store
+from run_journal.stores.postgres import dollar_markers
 from run_journal.stores.queries import SearchQuery, run_tags, stamp
 from run_journal.stores.sql import SqlWork, markers
 from run_journal.stores.sql_schema import run_tag_triggers
@@ -223,7 +224,7 @@ async def bench_sql(backend: str, total: int, repeat: int) -> list[str]:
                     async def raw(fetch: Callable[[], Any] = fetch) -> Any:  # off the loop, as the store
                         return await asyncio.to_thread(fetch)
                 else:
-                    numbered = _numbered(text)
+                    numbered = dollar_markers(text)
                     plan = " ".join(str(row[0]) for row in await raw_connection.fetch(
                         f"EXPLAIN {numbered}", *values))
 
@@ -245,12 +246,6 @@ async def bench_sql(backend: str, total: int, repeat: int) -> list[str]:
             await raw_connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
             await raw_connection.close()
     return lines
-
-
-def _numbered(text: str) -> str:
-    """``?`` markers as PostgreSQL's ``$1, $2, ...``."""
-    parts = text.split("?")
-    return "".join(part + (f"${n}" if n < len(parts) else "") for n, part in enumerate(parts, 1))
 
 
 # -- the stores without SQL indexes ----------------------------------------------------------------

@@ -21,8 +21,10 @@ class BodyTests(StoreSuiteBase):
     """Bodies: put and get by digest, once per thread, in the step of their events."""
 
     @pytest.fixture(autouse=True)
-    def _stores_bodies(self, store: RunEventStore) -> None:
-        if type(store)._put_bodies is RunEventStore._put_bodies:
+    def _stores_bodies(self, request: pytest.FixtureRequest, store: RunEventStore) -> None:
+        # autouse reaches every test of the suite that mixes this class in: skip only these
+        if request.function.__qualname__.startswith(f"{BodyTests.__name__}.") \
+                and type(store)._put_bodies is RunEventStore._put_bodies:
             pytest.skip(f"{type(store).__name__} does not store bodies yet")
 
     async def test_bodies_round_trip_as_bytes(self, store: RunEventStore) -> None:
