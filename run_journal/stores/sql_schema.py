@@ -25,6 +25,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -157,6 +158,16 @@ run_starts = Table(
           postgresql_where=text("NOT has_row")),
 )
 
+bodies = Table(
+    "run_journal_bodies",
+    metadata,
+    # One row per distinct value a thread's events reference (schema version 6): its canonical JSON
+    # under its sha256; written with the events, never updated, deleted with the thread.
+    Column("thread_id", ID, primary_key=True),
+    Column("digest", String(64), primary_key=True),
+    Column("data", LargeBinary, nullable=False),
+)
+
 followers = Table(
     "run_journal_followers",
     metadata,
@@ -263,7 +274,15 @@ def _add_reconcile_indexes_and_one_call_writes_v5(connection: Connection, schema
     _create_indexes(connection, *run_starts.indexes, *_runs_indexes_before_v7())
     if connection.dialect.name == "postgresql":
         followers.create(connection, checkfirst=True)
-        connection.exec_driver_sql(create_function(schema))
+        connection.exec_driver_sql(create_function(schema, 1))
+
+
+def _add_bodies_v6(connection: Connection, schema: str | None) -> None:
+    """Schema version 6: ``run_journal_bodies``; on PostgreSQL the one-call write that also writes
+    a batch's bodies (``run_journal_write_v2``; v1 stays for processes that still call it)."""
+    bodies.create(connection, checkfirst=True)
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql(create_function(schema, 2))
 
 
 SEARCH_INDEXES: Final = frozenset({"ix_run_journal_runs_user_order", "ix_run_journal_runs_errors"})
@@ -275,16 +294,12 @@ def _runs_indexes_before_v7() -> list[Index]:
     return [index for index in runs.indexes if index.name not in SEARCH_INDEXES]
 
 
-def _reserved_v6(connection: Connection, schema: str | None) -> None:
-    """Schema version 6 is kept for the body storage migration."""
-
-
 def _add_search_v7(connection: Connection, schema: str | None) -> None:
     """Schema version 7: what ``search_runs`` reads. ``run_journal_runs`` gains ``tags``,
     ``total_tokens``, ``cost_usd`` and ``has_error`` (filled from each stored row) and indexes of runs
     by user and of runs with an error; ``run_journal_run_tags`` holds one row per run and tag, kept
-    by triggers on the runs table (``run_tag_triggers``); PostgreSQL's one-call write sets the new
-    columns."""
+    by triggers on the runs table (``run_tag_triggers``); on PostgreSQL the one-call write that sets
+    the new columns (``run_journal_write_v3``; v1 and v2 stay for processes that still call them)."""
     runs_table = qualified(runs, schema)
     present = _columns(connection, runs, schema)
     for name, kind in (("tags", "TEXT"), ("total_tokens", "BIGINT"), ("cost_usd", "DOUBLE PRECISION"),
@@ -297,7 +312,7 @@ def _add_search_v7(connection: Connection, schema: str | None) -> None:
     _create_indexes(connection, *runs.indexes, *run_tags.indexes)
     _fill_search_columns(connection)
     if connection.dialect.name == "postgresql":
-        connection.exec_driver_sql(create_function(schema))
+        connection.exec_driver_sql(create_function(schema, 3))
 
 
 def _fill_search_columns(connection: Connection) -> None:
@@ -366,7 +381,7 @@ $tags$""",
 Migration = Callable[[Connection, str | None], None]
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     _create_v1, _add_first_put_at_v2, _add_run_starts_v3, _add_activity_and_run_order_v4,
-    _add_reconcile_indexes_and_one_call_writes_v5, _reserved_v6, _add_search_v7,
+    _add_reconcile_indexes_and_one_call_writes_v5, _add_bodies_v6, _add_search_v7,
 )
 """Position + 1 is the schema version a migration brings the store to. Append only; never change
 what one does to a store."""
