@@ -337,12 +337,12 @@ def test_run_ids_can_be_shortened_to_a_unique_prefix(cli: Cli, prefixed_url: str
 
 
 def test_listings_show_short_ids_unless_asked_and_json_keeps_them_whole(cli: Cli, prefixed_url: str) -> None:
-    runs = cli(prefixed_url, "runs", "p").stdout.splitlines()
-    assert [line.split()[0] for line in runs[1:]] == ["8f3a9c21d", "8f3a9c21f"]  # 8 would be the same
+    runs = cli(prefixed_url, "runs", "p").stdout.splitlines()  # newest first
+    assert [line.split()[0] for line in runs[1:]] == ["8f3a9c21f", "8f3a9c21d"]  # 8 would be the same
     full = cli(prefixed_url, "runs", "p", "--full-ids").stdout.splitlines()
-    assert [line.split()[0] for line in full[1:]] == [ALPHA, BRAVO]
+    assert [line.split()[0] for line in full[1:]] == [BRAVO, ALPHA]
     assert [json.loads(line)["run_id"] for line in
-            cli(prefixed_url, "runs", "p", "--json").stdout.splitlines()] == [ALPHA, BRAVO]
+            cli(prefixed_url, "runs", "p", "--json").stdout.splitlines()] == [BRAVO, ALPHA]
     events = cli(prefixed_url, "events", "p").stdout.splitlines()[1:]
     assert [line.split()[2] for line in events] == ["8f3a9c21d", "8f3a9c21d", "8f3a9c21f", "8f3a9c21f",
                                                     "5b6e7d1a", "5b6e7d1a"]
