@@ -61,7 +61,7 @@ async def cmd_show(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
         emit(out, render.event_line(event, style))
     emit(out)
     if row is not None:
-        for line in render.run_totals(row):
+        for line in render.run_totals(row) + render.unknown_costs([row]):
             emit(out, line)
     else:
         emit(out, f"status {status_of(events)} (folded from events; no run row)")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import AsyncIterator
 from typing import Any, TextIO
 
 from run_journal.cli import render
@@ -13,12 +14,13 @@ from run_journal.cli.common import (
     emit_json,
     parse_when,
     positive,
+    recent_threads,
     require_thread,
 )
 from run_journal.moments import MOMENT_EXAMPLES
 from run_journal.projections import summarize_usage
 from run_journal.runs import RunRow, RunStatus
-from run_journal.stores.base import MAX_PAGE, RunEventStore
+from run_journal.stores.base import MAX_PAGE, RunEventStore, ThreadActivity
 from run_journal.trends import TREND_KEYS, usage_by
 
 
@@ -85,7 +87,7 @@ def add_search_commands(sub: Any) -> None:
     """Register ``threads``, ``runs`` and ``usage``."""
     threads = add_command(sub, "threads", cmd_threads, "list threads, most recently active first",
                           json_flag=True)
-    threads.add_argument("--limit", type=positive, default=50, help="threads to list (default 50)")
+    threads.add_argument("--limit", type=positive, help="only the N most recently active threads")
     threads.add_argument("--user", help="only threads holding this user's events")
     runs = add_command(sub, "runs", cmd_runs, "list runs of every thread (or of THREAD), newest first, "
                        "with filters", json_flag=True, ids_flag=True)
@@ -102,22 +104,47 @@ def add_search_commands(sub: Any) -> None:
 
 
 async def cmd_threads(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    """Threads by latest activity, most recent first (the store's own order, paged)."""
     rows: list[list[Any]] = []
-    for item in await store.list_recent_threads(limit=min(args.limit, MAX_PAGE), user_id=args.user):
-        runs = await store.list_runs(item.thread_id, user_id=args.user)
-        last = runs[-1] if runs else None
-        rows.append([item.thread_id, item.last_activity_at.isoformat(timespec="seconds"),
-                     await store.last_seq(item.thread_id), len(runs), str(last.status) if last else None,
-                     last.started_at.isoformat(timespec="seconds") if last and last.started_at else None])
+    async for activity in _threads(store, args.limit, args.user):
+        thread_id = activity.thread_id
+        newest = await store.list_runs(thread_id, user_id=args.user, newest_first=True, limit=1)
+        last = newest[0] if newest else None
+        runs = await store.count_runs(thread_id, user_id=args.user)
+        rows.append([thread_id, await store.last_seq(thread_id), runs,
+                     str(last.status) if last else None,
+                     last.started_at.isoformat(timespec="seconds") if last and last.started_at else None,
+                     activity.last_activity_at.isoformat(timespec="seconds")])
     if args.json:
-        keys = ("thread_id", "last_activity_at", "events", "runs", "last_status", "last_started_at")
+        keys = ("thread_id", "events", "runs", "last_status", "last_started_at", "last_activity_at")
         for cells in rows:
             emit_json(out, dict(zip(keys, cells, strict=True)))
     else:
-        headers = ("thread", "last activity", "events", "runs", "last status", "last started")
+        headers = ("thread", "events", "runs", "last status", "last started", "last activity")
         for line in render.table(headers, rows):
             emit(out, line)
     return 0
+
+
+async def _threads(
+    store: RunEventStore, limit: int | None, user_id: str | None
+) -> AsyncIterator[ThreadActivity]:
+    """Every thread (or the ``limit`` most recently active), of ``user_id`` when given."""
+    if limit is None and user_id is None:
+        async for activity in recent_threads(store):
+            yield activity
+        return
+    before: str | None = None
+    left = limit
+    while left is None or left > 0:
+        page = await store.list_recent_threads(limit=min(left or MAX_PAGE, MAX_PAGE), user_id=user_id,
+                                               before=before)
+        for activity in page:
+            yield activity
+        if len(page) < MAX_PAGE or not page:
+            return
+        left = None if left is None else left - len(page)
+        before = page[-1].cursor
 
 
 async def cmd_runs(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
@@ -133,7 +160,7 @@ async def cmd_runs(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
     rows = [_run_cells(row, short(row.run_id)) for row in page.rows]
     headers = ("run", "thread", "status", "started", "took", "tokens", "cost", "errors", "models", "tools",
                "first message")
-    for line in render.table(headers, rows):
+    for line in render.table(headers, rows) + render.unknown_costs(page.rows, short):
         emit(out, line)
     if page.next_cursor is not None:
         emit(out, f"more: --cursor {page.next_cursor}")
@@ -199,4 +226,6 @@ def _print_summary(rows: list[RunRow], args: argparse.Namespace, out: TextIO) ->
     emit(out, "total")
     for line in render.table(render.USAGE_HEADERS, [render.usage_row("all runs", summary.total)]):
         emit(out, "  " + line)
+    for line in render.unknown_costs(summary.runs, short):
+        emit(out, line)
     return 0
