@@ -52,8 +52,8 @@ async def test_threads_page_lists_every_thread_with_its_latest_run(
 ) -> None:
     await open_view(page, server, "#/", "#threads tbody tr")
     rows = await texts(page, "#threads tbody tr")
-    assert [row.split()[0] for row in rows] == ["long-run", "refund-7", "research-1", "support-42",
-                                                "workspace-1"]
+    assert sorted(row.split()[0] for row in rows) == ["broken-1", "long-run", "refund-7", "research-1",
+                                                      "support-42", "team-1", "workspace-1"]
     refund = next(row for row in rows if row.startswith("refund-7"))
     assert refund.split()[1:5] == ["2", "2", "440", "$0.0014"]  # runs, messages, tokens, cost
     assert refund.split()[5] == "success"  # the latest run, the resumed one
@@ -89,7 +89,7 @@ async def test_a_tool_turn_pairs_each_tool_call_with_its_outcome_and_ends_with_t
     assert seqs == sorted(seqs)
     assert seqs[0] == 1
     assert types[0] == "run.start"
-    assert types[-1] == "run.end"
+    assert types[-3:] == ["run.end", "run.score", "run.score"]  # the scores were given afterwards
     assert "tool.outcome" not in types  # each outcome is shown on its call's row
     calls = await texts(page, '#timeline .ev[data-type="tool.call"]')
     assert len(calls) == 2
@@ -106,7 +106,7 @@ async def test_a_tool_turn_pairs_each_tool_call_with_its_outcome_and_ends_with_t
     await shot(page, screenshots, "viewer-run")
     row = page.locator('#timeline .ev[data-type="tool.call"]').first
     await row.click()
-    detail = await page.locator("#timeline pre.detail").inner_text()
+    detail = await page.locator("#timeline .detail pre.json").inner_text()
     assert '"outcome": "success"' in detail
     assert '"tool_name": "lookup_order"' in detail
 
@@ -236,9 +236,11 @@ async def test_a_server_with_a_token_asks_for_it_once_per_tab(page: Any, recorde
     served = await asyncio.to_thread(Served, recorded["url"], "--token", "open-sesame")
     try:
         await open_view(page, served, "#/", "form.token")
+        assert await page.locator("#token-refused").count() == 0  # asked, not yet refused
         await page.fill("form.token input", "wrong")
         await page.click("form.token button")
-        await page.wait_for_selector("form.token")
+        await expect(page.locator("#token-refused")).to_contain_text("refused")
+        assert await page.locator("form.token").count() == 1
         await page.fill("form.token input", "open-sesame")
         await page.click("form.token button")
         await page.wait_for_selector("#threads tbody tr")
@@ -246,3 +248,57 @@ async def test_a_server_with_a_token_asks_for_it_once_per_tab(page: Any, recorde
         await page.wait_for_selector("#timeline .task .step")
     finally:
         await asyncio.to_thread(served.stop)
+
+
+async def test_a_failed_run_shows_its_traceback_as_text(page: Any, server: Served, screenshots: Path) -> None:
+    await open_view(page, server, "#/t/broken-1/r/fails", "#run-error pre.traceback")
+    assert "error" in await page.inner_text("#run-status")
+    box = await page.inner_text("#run-error")
+    assert box.startswith("InventoryDown: the inventory service refused SKU-9: 503")
+    traceback = await page.locator("#run-error pre.traceback").inner_text()
+    lines = traceback.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert any(line.strip() == 'raise InventoryDown(f"the inventory service refused {sku}: 503")'
+               for line in lines)
+    assert any(line.endswith("recorded.InventoryDown: the inventory service refused SKU-9: 503")
+               for line in lines)  # its last line, one line of the text
+    assert "\\n" not in traceback
+    await shot(page, screenshots, "viewer-error")
+    await page.locator('#timeline .ev[data-type="run.error"]').click()
+    detail = page.locator("#timeline .detail")
+    assert '"traceback": "(content.traceback: below)"' in await detail.locator("pre.json").inner_text()
+    text = await detail.locator('pre.text[data-path="content.traceback"]').inner_text()
+    assert text.splitlines()[0] == "Traceback (most recent call last):"
+
+
+async def test_a_supervisor_run_names_each_agent_and_shows_its_handoffs(
+    page: Any, server: Served, screenshots: Path
+) -> None:
+    await open_view(page, server, "#/t/team-1/r/supervised", "#timeline .ev")
+    answers = await page.locator('#timeline .ev[data-type="llm.ai.response"] .caller').all_inner_texts()
+    assert answers == ["lead_agent", "agent:research_expert", "agent:research_expert", "lead_agent",
+                       "agent:math_expert", "agent:math_expert", "lead_agent"]
+    kinds = await page.locator('#timeline .ev[data-type="llm.ai.response"] .caller .who').evaluate_all(
+        "tags => tags.map(t => t.className)")
+    assert kinds[:2] == ["who who-lead", "who who-agent"]
+    handoffs = await texts(page, '#timeline .ev[data-type="agent.handoff"] .text')
+    assert handoffs == [
+        "lead_agent → agent:research_expert hands over (tool call s1)",
+        "agent:research_expert → lead_agent hands over",
+        "lead_agent → agent:math_expert hands over (tool call s2)",
+        "agent:math_expert → lead_agent hands over",
+    ]
+    tools = await texts(page, '#timeline .ev[data-type="tool.call"]')
+    assert any("agent:research_expert web_search" in row for row in tools)
+    assert any("agent:math_expert add" in row for row in tools)
+    chart = await texts(page, "#usage .bar-row")
+    by_name = {row.split()[0]: row for row in chart}
+    assert "2 call(s)" in by_name["agent:research_expert"]
+    assert "2 call(s)" in by_name["agent:math_expert"]
+    assert "3 call(s)" in by_name["lead_agent"]
+    await shot(page, screenshots, "viewer-agents")
+
+
+async def test_a_subagent_task_card_names_its_caller_like_the_timeline(page: Any, server: Served) -> None:
+    await open_view(page, server, "#/t/research-1/r/research", "#timeline .task header .who")
+    assert await page.locator("#timeline .task header .who-subagent").inner_text() == "subagent:researcher"

@@ -52,6 +52,9 @@
   }
   const field = (obj, key, dflt = "") => (obj && typeof obj === "object" && key in obj ? obj[key] : dflt);
   const pill = (text, cls) => h("span", { class: "pill " + (cls || "st-" + text) }, text);
+  // lead_agent, agent:<name> (a named agent of a supervisor or swarm), subagent:<name>, middleware:<name>
+  const callerKind = (caller) => (/^(agent|subagent|middleware):/.exec(caller || "") || [null, "lead"])[1];
+  const callerTag = (caller) => (caller ? h("span", { class: "who who-" + callerKind(caller), title: caller }, caller) : "");
 
   // -- the API ----------------------------------------------------------------------------------
   class HttpError extends Error {
@@ -103,6 +106,8 @@
   }
   function showError(error) {
     if (error instanceof HttpError && error.status === 401) {
+      const refused = sessionStorage.getItem("run-journal-token") !== null;
+      sessionStorage.removeItem("run-journal-token");
       const input = h("input", { type: "password", placeholder: "token", "aria-label": "token" });
       const form = h("form", { class: "token", onsubmit: (event) => {
         event.preventDefault();
@@ -110,6 +115,7 @@
         render();
       } }, input, h("button", { type: "submit" }, "Open"));
       fill(main, h("div", { class: "panel" }, h("h2", {}, "This journal asks for a token"),
+        refused ? h("p", { class: "error-box", id: "token-refused" }, "The server refused that token. Check it and try again.") : null,
         h("p", { class: "muted" }, "Paste the token the server was started with (--token). It is kept for this tab only."),
         form));
       return;
@@ -196,8 +202,10 @@
     if (event.event_type === "llm.tool.result") text = (field(content, "name") || "tool") + " → " + text;
     const calls = field(content, "tool_calls", []) || [];
     if (calls.length) text += (text ? "\n" : "") + "[calls " + calls.map((c) => c.name).join(", ") + "]";
+    const caller = field(event.metadata, "caller", "");
     return h("div", { class: "msg " + kind, "data-seq": event.seq },
-      h("small", {}, "#" + event.seq + " " + event.event_type), text || "(empty)");
+      h("small", {}, "#" + event.seq + " " + event.event_type + " ", caller && caller !== "lead_agent" ? callerTag(caller) : null),
+      text || "(empty)");
   }
   function messageText(content) {
     if (content && typeof content === "object" && !Array.isArray(content)) content = content.content;
@@ -259,6 +267,7 @@
       h("div", { class: "panel" }, h("h2", {}, "Timeline"), pager, timeline, pagerBottom));
     fillStats(state);
     drawTimeline(state);
+    if (run.status === "error") showRunError(state).catch(showError);
     if (run.status === "running" || run.status === "pending") followRun(state);
   }
   function fillStats(state) {
@@ -275,6 +284,18 @@
         r.resumed_from.slice(0, 12)), "resumes") : null),
       r.error ? h("p", { class: "error-box" }, r.error) : null);
     fill(state.nodes.status, pill(r.status));
+  }
+  async function showRunError(state) {
+    const found = await api(state.base + "/events", { event_types: "run.error", limit: 1 });
+    if (state.token !== view || !found.data.length) return;
+    const c = found.data[0].content || {};
+    const box = h("div", { class: "error-box", id: "run-error" },
+      h("b", {}, field(c, "error_type", "Error") + ": "), String(field(c, "message", "")),
+      field(c, "node", null) ? h("span", { class: "muted" }, " (in node " + c.node + ")") : null,
+      field(c, "traceback", null) ? h("pre", { class: "traceback" }, c.traceback) : null,
+      field(c, "traceback_truncated", false) ? h("p", { class: "muted" }, "The traceback's start was cut; its end is kept.") : null);
+    const old = state.nodes.stats.querySelector(".error-box");
+    if (old) old.replaceWith(box); else state.nodes.stats.append(box);
   }
   function drawTimeline(state) {
     const { page, after, nodes } = state;
@@ -314,7 +335,7 @@
   function eventRow(e, outcome) {
     const caller = field(e.metadata, "caller", "");
     const classes = ["ev", "cat-" + e.category];
-    if (caller.startsWith("subagent:")) classes.push("sub");
+    if (callerKind(caller) === "subagent" || callerKind(caller) === "agent") classes.push("sub");
     if (TERMINAL.has(e.event_type)) classes.push("terminal");
     const text = h("span", { class: "text" }, summary(e));
     if (outcome) {
@@ -333,7 +354,7 @@
       h("span", { class: "time" }, clock(e.created_at)),
       h("span", { class: "seq" }, e.seq),
       h("span", { class: "type" }, e.event_type),
-      h("span", { class: "caller" }, caller),
+      h("span", { class: "caller" }, callerTag(caller)),
       text,
       h("span", { class: "usage" }, usageCell(e)));
     const toggle = () => {
@@ -341,11 +362,25 @@
       if (next && next.classList.contains("detail")) { next.remove(); row.classList.remove("open"); return; }
       row.classList.add("open");
       const record = outcome ? { event: e, outcome } : e;
-      row.after(h("pre", { class: "detail" }, JSON.stringify(record, null, 2)));
+      row.after(detailView(record));
     };
     row.addEventListener("click", toggle);
     row.addEventListener("keydown", (ev) => { if (ev.key === "Enter") toggle(); });
     return row;
+  }
+  function detailView(record) {   // the record as JSON; a multi-line text (a traceback) as itself
+    const texts = [];
+    const lift = (value, path) => {
+      if (typeof value === "string" && value.includes("\n")) { texts.push([path, value]); return "(" + path + ": below)"; }
+      if (Array.isArray(value)) return value.map((item, i) => lift(item, path + "[" + i + "]"));
+      if (value && typeof value === "object") {
+        return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, lift(v, path ? path + "." + k : k)]));
+      }
+      return value;
+    };
+    const shown = lift(record, "");
+    return h("div", { class: "detail" }, h("pre", { class: "json" }, JSON.stringify(shown, null, 2)),
+      texts.flatMap(([path, text]) => [h("div", { class: "label" }, path), h("pre", { class: "text", "data-path": path }, text)]));
   }
   function usageCell(e) {
     const usage = field(e.metadata, "usage", null);
@@ -374,6 +409,9 @@
         return "waiting for a human: " + (values.join(", ") || "interrupt") + dur;
       }
       case "run.cancel": return "cancelled: " + field(c, "reason") + (m.reconciled ? " (reconciled)" : "");
+      case "agent.handoff":
+        return field(c, "from_agent", "?") + " → " + field(c, "to_agent", "?") + " hands over" +
+          (field(c, "tool_call_id", null) ? " (tool call " + c.tool_call_id + ")" : "");
       case "llm.human.input": return oneLine(messageText(c));
       case "llm.ai.response": {
         const calls = (field(c, "tool_calls", []) || []).map((t) => t.name);
@@ -408,8 +446,8 @@
     const steps = h("div", { class: "steps" });
     const more = h("button", { type: "button", class: "more-steps" }, "More steps");
     more.hidden = true;
-    const header = h("header", {}, h("b", {}, "subagent"), h("span", { class: "mono" }, field(firstEvent.content, "subagent", "") ||
-      String(field(firstEvent.metadata, "caller", "")).replace(/^subagent:/, "")), h("span", { class: "mono muted" }, taskId), status,
+    const name = field(firstEvent.content, "subagent", "") || String(field(firstEvent.metadata, "caller", "")).replace(/^subagent:/, "");
+    const header = h("header", {}, h("b", {}, "subagent"), callerTag("subagent:" + name), h("span", { class: "mono muted" }, taskId), status,
       h("span", { class: "description" }, ""));
     const card = h("section", { class: "task", "data-task": taskId }, header, steps, more);
     let cursor = 0;
@@ -498,6 +536,7 @@
         if (state.token !== view) return;
         state.run = run;
         fillStats(state);
+        if (run.status === "error") await showRunError(state);
         document.getElementById("usage").replaceChildren(h("h2", {}, "Token usage"),
           usageChart({ by_model: run.usage_by_model, by_caller: run.usage_by_caller }));
         document.getElementById("workspace").replaceWith(workspacePanel(review));
