@@ -667,3 +667,13 @@ def test_short_ids_are_the_shortest_unique_prefixes_of_the_listing() -> None:
         assert len(shown) == len(run_id) or not any(o.startswith(shown) for o in ids[:200] if o != run_id)
         assert len(shown) == SHORT_ID or any(o.startswith(shown[:-1]) for o in others)
     assert ShortIds(ids, full=True)(ids[0]) == ids[0]
+
+
+def test_prune_and_reconcile_read_durations_alike(cli: Cli, sqlite_url: str) -> None:
+    for args in (["reconcile", "--older-than"], ["prune", "--dry-run", "--older-than"]):
+        for good in ("2w", "1d", "90s", "1.5h"):
+            done = cli(sqlite_url, *args, good)
+            assert done.returncode == 0, (args, good, done.stderr)
+        bad = cli(sqlite_url, *args, "soon")
+        assert bad.returncode == 2
+        assert "not a duration: 'soon' (e.g. 90s, 30m, 2h, 1d, 2w)" in bad.stderr

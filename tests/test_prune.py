@@ -329,6 +329,6 @@ def test_the_command_prunes_with_an_archive(
 def test_the_command_checks_its_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main([f"sqlite:///{tmp_path}/j.db", "prune", "--older-than", "soon"])
-    assert "not an age: 'soon'" in capsys.readouterr().err
+    assert "not a duration: 'soon'" in capsys.readouterr().err
     assert main([f"sqlite:///{tmp_path}/missing.db", "prune", "--older-than", "1d"]) == 1
     assert "no store at" in capsys.readouterr().err

@@ -12,10 +12,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import sys
 from collections.abc import Sequence
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final, TextIO
 from urllib.parse import urlsplit
@@ -23,10 +21,9 @@ from urllib.parse import urlsplit
 from run_journal.cli.check import add_check_command
 from run_journal.cli.common import CliError, Command
 from run_journal.cli.diff import add_diff_command
-from run_journal.cli.maintenance import cmd_copy, cmd_export, cmd_reconcile, cmd_verify
-from run_journal.cli.otlp import add_otlp_arguments
+from run_journal.cli.maintenance import add_maintenance_commands
 from run_journal.cli.prune import add_prune_command
-from run_journal.cli.reading import cmd_events, cmd_runs, cmd_show, cmd_tail, cmd_threads, cmd_usage
+from run_journal.cli.reading import add_reading_commands
 from run_journal.cli.reprice import add_reprice_command
 from run_journal.cli.serve import add_serve_command
 from run_journal.stores.base import StoreError
@@ -50,14 +47,6 @@ RUN: a whole run id or a unique prefix of at least 6 characters.
 Exit status: 0 done, 1 not found or a problem found, 2 a usage mistake, 130 interrupted (Ctrl-C)."""
 
 
-def parse_duration(text: str) -> timedelta:
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h, 1d)")
-    unit = {"s": "seconds", "": "seconds", "m": "minutes", "h": "hours", "d": "days"}[match[2]]
-    return timedelta(**{unit: float(match[1])})
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run-journal", description="Inspect, verify, export and copy a run-journal store.",
@@ -67,60 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("url", metavar="URL", help="the store (source store for copy)")
     parser.add_argument("--traceback", action="store_true", help="show full errors (for bug reports)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    def command(name: str, handler: Command, help_text: str, *, json_flag: bool = False,
-                ids_flag: bool = False) -> Any:
-        child = sub.add_parser(name, help=help_text, description=help_text)
-        child.set_defaults(handler=handler)
-        if json_flag:
-            child.add_argument("--json", action="store_true", help="one JSON object per line (whole ids)")
-        if ids_flag:
-            child.add_argument("--full-ids", action="store_true",
-                               help="whole run ids (by default the first 8 characters, more if needed)")
-        return child
-
-    command("threads", cmd_threads, "list threads with their event and run counts", json_flag=True)
-    command("runs", cmd_runs, "list a thread's runs", json_flag=True, ids_flag=True).add_argument("thread")
-    show = command("show", cmd_show, "a run as a timeline, then its totals")
-    show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of 6 or more characters")
-    show.add_argument("--thread", help="the run's thread: to tell runs apart by prefix, or to find a run "
-                                       "that has events but no run row nor run.start")
-    events = command("events", cmd_events, "a thread's events (list_events filters)", json_flag=True,
-                     ids_flag=True)
-    events.add_argument("thread")
-    events.add_argument("--run", help="only this run (a whole id or a unique prefix)")
-    events.add_argument("--type", dest="types", action="append", metavar="TYPE",
-                        help="event type (repeatable)")
-    events.add_argument("--task", help="subagent task_id")
-    events.add_argument("--limit", type=_positive, default=500)
-    events.add_argument("--after-seq", type=_non_negative)
-    tail = command("tail", cmd_tail, "follow a thread's new events until Ctrl-C", json_flag=True,
-                   ids_flag=True)
-    tail.add_argument("thread")
-    tail.add_argument("--last", type=_non_negative, default=10, help="events of history first")
-    tail.add_argument("--after-seq", type=_non_negative, help="start after this seq instead")
-    tail.add_argument("--wait", action="store_true",
-                      help="a thread that has no event yet is waited for instead of not found")
-    command("verify", cmd_verify, "check seq density and every row against the contract") \
-        .add_argument("threads", nargs="*", metavar="THREAD")
-    export = command("export", cmd_export, "write events as JSONL (to_dict records), or send runs as "
-                                           "OpenTelemetry traces (--format otlp)")
-    export.add_argument("threads", nargs="*", metavar="THREAD")
-    export.add_argument("--output", "-o", help="file to write (default: stdout)")
-    add_otlp_arguments(export)
-    copy = command("copy", cmd_copy, "copy events (seq preserved) and run rows to another store")
-    copy.add_argument("destination", metavar="DST")
-    copy.add_argument("--thread", dest="threads", action="append", default=[], metavar="THREAD")
-    command("usage", cmd_usage, "token and cost totals per run, model and caller", json_flag=True,
-            ids_flag=True) \
-        .add_argument("thread", nargs="?")
-    command("reconcile", cmd_reconcile, "close runs whose worker died") \
-        .add_argument("--older-than", type=parse_duration, required=True, help="e.g. 30m, 2h")
-    add_serve_command(sub)
-    add_reprice_command(sub)
-    add_prune_command(sub)
-    add_check_command(sub)
-    add_diff_command(sub)
+    for register in (add_reading_commands, add_maintenance_commands, add_serve_command, add_reprice_command,
+                     add_prune_command, add_check_command, add_diff_command):
+        register(sub)
     return parser
 
 
@@ -139,23 +77,6 @@ class _Version(argparse.Action):
             number = "unknown"
         print(f"run-journal {number}")
         parser.exit()
-
-
-def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return value
 
 
 # -- entry point ---------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from run_journal.cli import render
-from run_journal.cli.common import CliError, emit, emit_json
+from run_journal.cli.common import CliError, add_command, emit, emit_json
 from run_journal.stores.base import RunEventStore
 
 REASON_WIDTH = 90
@@ -20,8 +20,7 @@ REASON_WIDTH = 90
 def add_check_command(sub: Any) -> None:
     """Register ``check`` on the ``run-journal`` subcommands."""
     text = "run a YAML suite of checks over recorded runs (exit 0: all passed, 1: one failed, 2: bad suite)"
-    check = sub.add_parser("check", help=text, description=text)
-    check.set_defaults(handler=cmd_check)
+    check = add_command(sub, "check", cmd_check, text)
     check.add_argument("suite", metavar="SUITE.yaml", type=Path, help="the suite file (see docs/checks.md)")
     check.add_argument("--junit-xml", metavar="FILE", type=Path, help="also write the results as JUnit XML")
     check.add_argument("--record", action="store_true",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from datetime import timedelta
 from typing import Any, Final, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
@@ -27,6 +29,48 @@ class CliError(Exception):
 
 
 Command = Callable[[RunEventStore, argparse.Namespace, TextIO], Coroutine[Any, Any, int]]
+
+_DURATION_UNITS: Final = {"s": "seconds", "": "seconds", "m": "minutes", "h": "hours", "d": "days",
+                          "w": "weeks"}
+
+
+def add_command(sub: Any, name: str, handler: Command, help_text: str, *, json_flag: bool = False,
+                ids_flag: bool = False) -> argparse.ArgumentParser:
+    """Register one ``run-journal`` subcommand (every command module registers its own this way)."""
+    child: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
+    child.set_defaults(handler=handler)
+    if json_flag:
+        child.add_argument("--json", action="store_true", help="one JSON object per line (whole ids)")
+    if ids_flag:
+        child.add_argument("--full-ids", action="store_true",
+                           help="whole run ids (by default the first 8 characters, more if needed)")
+    return child
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``30m``, ``2h``, ``1d``, ``2w`` (a bare number is seconds): the one duration syntax of
+    every command (``prune --older-than``, ``reconcile --older-than``, ``--since``)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhdw]?)", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h, 1d, 2w)")
+    return timedelta(**{_DURATION_UNITS[match[2]]: float(match[1])})
+
+
+def positive(text: str) -> int:
+    value = non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
 
 
 # -- helpers -------------------------------------------------------------------------------------

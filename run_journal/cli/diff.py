@@ -7,7 +7,7 @@ import argparse
 from typing import Any, TextIO
 
 from run_journal.cli import render
-from run_journal.cli.common import emit, emit_json, require_thread, resolve_run
+from run_journal.cli.common import add_command, emit, emit_json, require_thread, resolve_run
 from run_journal.stores.base import RunEventStore
 from run_journal.trajectory import (
     Handoff,
@@ -31,8 +31,7 @@ def add_diff_command(sub: Any) -> None:
     """Register ``diff`` on the ``run-journal`` subcommands."""
     text = ("compare two runs: steps aligned, the first divergence, token / cost / duration deltas "
             "(exit 0: same trajectory, 1: they differ)")
-    diff = sub.add_parser("diff", help=text, description=text)
-    diff.set_defaults(handler=cmd_diff)
+    diff = add_command(sub, "diff", cmd_diff, text)
     diff.add_argument("run_a", metavar="RUN_A", help="run id, or a unique prefix of 6 or more characters")
     diff.add_argument("run_b", metavar="RUN_B")
     diff.add_argument("--thread", help="the runs' thread (to tell runs apart by prefix)")

@@ -4,24 +4,43 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from run_journal.cli.common import (
     PAGE,
+    add_command,
     all_threads,
     emit,
     emit_json,
+    parse_duration,
     ranges,
     require_thread,
     resolve_run,
     runs_without_row,
     shown_url,
 )
+from run_journal.cli.otlp import add_otlp_arguments
 from run_journal.envelope import RunEvent
 from run_journal.projections import find_gaps, iter_events, reconcile_orphans, status_of
 from run_journal.runs import STATUS_AFTER
 from run_journal.stores.base import RunEventStore
 from run_journal.stores.urls import open_store
+
+
+def add_maintenance_commands(sub: Any) -> None:
+    """Register ``verify``, ``export``, ``copy`` and ``reconcile``."""
+    add_command(sub, "verify", cmd_verify, "check seq density and every row against the contract") \
+        .add_argument("threads", nargs="*", metavar="THREAD")
+    export = add_command(sub, "export", cmd_export, "write events as JSONL (to_dict records), or send runs "
+                                                    "as OpenTelemetry traces (--format otlp)")
+    export.add_argument("threads", nargs="*", metavar="THREAD")
+    export.add_argument("--output", "-o", help="file to write (default: stdout)")
+    add_otlp_arguments(export)
+    copy = add_command(sub, "copy", cmd_copy, "copy events (seq preserved) and run rows to another store")
+    copy.add_argument("destination", metavar="DST")
+    copy.add_argument("--thread", dest="threads", action="append", default=[], metavar="THREAD")
+    add_command(sub, "reconcile", cmd_reconcile, "close runs whose worker died") \
+        .add_argument("--older-than", type=parse_duration, required=True, help="e.g. 30m, 2h, 1d, 2w")
 
 
 async def cmd_verify(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:

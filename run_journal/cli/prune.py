@@ -10,35 +10,23 @@ whose worker died).
 from __future__ import annotations
 
 import argparse
-import re
-from datetime import timedelta
 from typing import Any, TextIO
 
-from run_journal.cli.common import emit, emit_json, require_thread
+from run_journal.cli.common import add_command, emit, emit_json, parse_duration, require_thread
 from run_journal.stores.base import PrunedThread, RunEventStore
-
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
 def add_prune_command(sub: Any) -> None:
     """Register ``prune`` on the ``run-journal`` subcommands."""
     text = "remove threads whose last event is older than a limit (events, run rows, indexes)"
-    prune = sub.add_parser("prune", help=text, description=text)
-    prune.set_defaults(handler=cmd_prune)
-    prune.add_argument("--older-than", type=parse_age, required=True, metavar="AGE",
+    prune = add_command(sub, "prune", cmd_prune, text)
+    prune.add_argument("--older-than", type=parse_duration, required=True, metavar="AGE",
                        help="e.g. 30d, 12h, 2w (s, m, h, d, w)")
     prune.add_argument("--archive", metavar="URL",
                        help="copy each thread to this store first (seq kept); remove only what was copied")
     prune.add_argument("--thread", help="only this thread")
     prune.add_argument("--dry-run", action="store_true", help="show what would be removed, change nothing")
     prune.add_argument("--json", action="store_true", help="one JSON object per thread, then a summary")
-
-
-def parse_age(text: str) -> timedelta:
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhdw])", text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"not an age: {text!r} (e.g. 30d, 12h, 2w)")
-    return timedelta(**{_UNITS[match[2]]: float(match[1])})
 
 
 async def cmd_prune(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:

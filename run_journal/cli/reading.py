@@ -8,9 +8,12 @@ from typing import Any, TextIO
 
 from run_journal.cli import render
 from run_journal.cli.common import (
+    add_command,
     all_threads,
     emit,
     emit_json,
+    non_negative,
+    positive,
     ranges,
     require_thread,
     resolve_run,
@@ -18,6 +21,36 @@ from run_journal.cli.common import (
 from run_journal.envelope import RunEvent
 from run_journal.projections import find_gaps, iter_events, status_of, summarize_usage
 from run_journal.stores.base import RunEventStore
+
+
+def add_reading_commands(sub: Any) -> None:
+    """Register ``threads``, ``runs``, ``show``, ``events``, ``tail`` and ``usage``."""
+    add_command(sub, "threads", cmd_threads, "list threads with their event and run counts", json_flag=True)
+    add_command(sub, "runs", cmd_runs, "list a thread's runs", json_flag=True, ids_flag=True) \
+        .add_argument("thread")
+    show = add_command(sub, "show", cmd_show, "a run as a timeline, then its totals")
+    show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of 6 or more characters")
+    show.add_argument("--thread", help="the run's thread: to tell runs apart by prefix, or to find a run "
+                                       "that has events but no run row nor run.start")
+    events = add_command(sub, "events", cmd_events, "a thread's events (list_events filters)", json_flag=True,
+                         ids_flag=True)
+    events.add_argument("thread")
+    events.add_argument("--run", help="only this run (a whole id or a unique prefix)")
+    events.add_argument("--type", dest="types", action="append", metavar="TYPE",
+                        help="event type (repeatable)")
+    events.add_argument("--task", help="subagent task_id")
+    events.add_argument("--limit", type=positive, default=500)
+    events.add_argument("--after-seq", type=non_negative)
+    tail = add_command(sub, "tail", cmd_tail, "follow a thread's new events until Ctrl-C", json_flag=True,
+                       ids_flag=True)
+    tail.add_argument("thread")
+    tail.add_argument("--last", type=non_negative, default=10, help="events of history first")
+    tail.add_argument("--after-seq", type=non_negative, help="start after this seq instead")
+    tail.add_argument("--wait", action="store_true",
+                      help="a thread that has no event yet is waited for instead of not found")
+    add_command(sub, "usage", cmd_usage, "token and cost totals per run, model and caller", json_flag=True,
+                ids_flag=True) \
+        .add_argument("thread", nargs="?")
 
 
 async def cmd_threads(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:

@@ -13,7 +13,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from run_journal.cli.common import CliError, emit, require_thread
+from run_journal.cli.common import CliError, add_command, emit, require_thread
 from run_journal.cli.render import cost_text
 from run_journal.envelope import utc_now
 from run_journal.projections import iter_events
@@ -27,8 +27,7 @@ if TYPE_CHECKING:
 def add_reprice_command(sub: Any) -> None:
     """Register ``reprice`` on the ``run-journal`` subcommands."""
     text = "compute stored run rows' costs again from their usage (today's prices)"
-    reprice = sub.add_parser("reprice", help=text, description=text)
-    reprice.set_defaults(handler=cmd_reprice)
+    reprice = add_command(sub, "reprice", cmd_reprice, text)
     reprice.add_argument("--thread", help="only this thread's runs")
     reprice.add_argument("--since", type=parse_since, metavar="DATE",
                          help="only runs started at or after this date or time (ISO 8601, UTC if no zone)")

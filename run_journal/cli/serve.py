@@ -15,7 +15,7 @@ import socket
 import sys
 from typing import Any, Final, TextIO
 
-from run_journal.cli.common import CliError, emit, shown_url
+from run_journal.cli.common import CliError, add_command, emit, shown_url
 from run_journal.stores.base import RunEventStore
 
 __all__ = ["add_serve_command", "cmd_serve"]
@@ -26,8 +26,7 @@ TOKEN_VARIABLE: Final = "RUN_JOURNAL_TOKEN"
 def add_serve_command(sub: Any) -> None:
     """Register ``serve`` on the command's subparsers."""
     text = "serve the read-only HTTP API and the run viewer (pip install 'run-journal[serve]')"
-    serve = sub.add_parser("serve", help=text, description=text)
-    serve.set_defaults(handler=cmd_serve)
+    serve = add_command(sub, "serve", cmd_serve, text)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
     serve.add_argument("--token", help=f"require this bearer token (default: ${TOKEN_VARIABLE})")
