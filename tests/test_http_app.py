@@ -36,6 +36,7 @@ ENDPOINTS = {
     "/api/threads/{thread_id}/runs/{run_id}/workspace-changes",
     "/api/threads/{thread_id}/token-usage",
     "/api/threads/{thread_id}/events/stream",
+    "/api/threads/{thread_id}/compare",
 }
 
 

@@ -302,3 +302,48 @@ async def test_a_supervisor_run_names_each_agent_and_shows_its_handoffs(
 async def test_a_subagent_task_card_names_its_caller_like_the_timeline(page: Any, server: Served) -> None:
     await open_view(page, server, "#/t/research-1/r/research", "#timeline .task header .who")
     assert await page.locator("#timeline .task header .who-subagent").inner_text() == "subagent:researcher"
+
+
+async def test_a_runs_scores_are_shown_on_it(page: Any, server: Served) -> None:
+    await open_view(page, server, "#/t/support-42/r/tool-turn", "#scores li")
+    scores = await texts(page, "#scores li")
+    assert scores == ["refund_policy_called pass check refund_policy was called once",
+                      "feedback 👍 up human clear and complete"]
+    assert await page.locator('#scores li[data-name="feedback"] .pill.st-success').count() == 1
+    timeline = await texts(page, '#timeline .ev[data-type="run.score"] .text')
+    assert timeline == ["refund_policy_called = pass (check): refund_policy was called once",
+                        "feedback = 👍 up (human): clear and complete"]
+    await open_view(page, server, "#/t/support-42/r/tool-turn-again", "#timeline .ev.terminal")
+    assert await page.locator("#scores-panel").count() == 0  # no score, no panel
+
+
+async def test_two_runs_of_a_thread_compared_show_the_first_divergence_and_the_deltas(
+    page: Any, server: Served, screenshots: Path
+) -> None:
+    await open_view(page, server, "#/t/support-42", "#compare-form")
+    assert await page.locator("#compare-a").input_value() == "tool-turn"  # the two latest runs
+    assert await page.locator("#compare-b").input_value() == "tool-turn-again"
+    await page.click("#compare-form button")
+    await expect(page).to_have_url(re.compile(r"#/t/support-42/compare\?a=tool-turn&b=tool-turn-again$"))
+    await page.wait_for_selector("#compare-steps tbody tr")
+    summary = await page.inner_text("#compare-summary")
+    assert summary.startswith("First divergence: step 1: model call of lead_agent")
+    assert "refund_policy" in summary
+    figures = dict(await page.locator("#compare-sides tbody tr").evaluate_all(
+        "rows => rows.map(r => [r.dataset.figure, [...r.cells].slice(1).map(c => c.textContent)])"))
+    assert figures["tool calls"] == ["2", "1", "−1"]
+    assert figures["tokens"] == ["2,650", "2,430", "−220"]
+    assert figures["cost"] == ["$0.0074", "$0.0067", "−$0.0007"]
+    assert figures["model calls"] == ["2", "2", "="]
+    rows = page.locator("#compare-steps tbody tr")
+    assert await rows.count() == 4
+    assert await page.locator("#compare-steps tr.diverged").get_attribute("data-position") == "1"
+    only_a = await texts(page, "#compare-steps tr.step-only-a")
+    assert only_a == ["3 lead_agent tool refund_policy #5 — only in A"]
+    first = await page.locator("#compare-steps tr.diverged").inner_text()
+    assert 'tool_calls[1]: {"args":{"days":12},"name":"refund_policy"} → <absent>' in " ".join(first.split())
+    assert "final_answer" in await page.inner_text("#compare-run-fields")
+    await shot(page, screenshots, "viewer-compare")
+    await page.click('#compare-steps tr.step-only-a a:text("#5")')
+    await page.wait_for_selector('#timeline .ev[data-seq="5"]')
+    assert "refund_policy" in await page.locator('#timeline .ev[data-seq="5"]').inner_text()

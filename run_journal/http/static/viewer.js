@@ -1,6 +1,7 @@
 /* run-journal viewer: plain JavaScript over the read-only API, no build step, no dependency.
  *
- * Routes (in the URL fragment): #/ threads, #/t/THREAD a thread, #/t/THREAD/r/RUN a run.
+ * Routes (in the URL fragment): #/ threads, #/t/THREAD a thread, #/t/THREAD/r/RUN a run,
+ * #/t/THREAD/compare?a=RUN&b=RUN two runs of a thread compared.
  * Every text from the store goes into the page with textContent, never as HTML.
  */
 "use strict";
@@ -97,6 +98,9 @@
     const { parts, query } = route();
     try {
       if (parts[0] === "t" && parts.length === 2) await threadView(parts[1], token);
+      else if (parts[0] === "t" && parts[2] === "compare" && parts.length === 3) {
+        await compareView(parts[1], query.get("a"), query.get("b"), token);
+      }
       else if (parts[0] === "t" && parts[2] === "r" && parts.length === 4) {
         await runView(parts[1], parts[3], Number(query.get("after") || 0), token);
       } else await threadsView(query.get("after"), token);
@@ -183,6 +187,18 @@
       more.disabled = !older.has_more;
     });
     chat.append(...history.data.map(chatMessage));
+    let comparing = null;
+    if (runs.data.length >= 2) {
+      const choice = (id, picked) => h("select", { id, "aria-label": id === "compare-a" ? "run A" : "run B" },
+        runs.data.map((r) => h("option", { value: r.run_id, selected: r.run_id === picked }, r.run_id + " · " + r.status)));
+      const ids = runs.data.map((r) => r.run_id).sort((x, y) => startOf(runs.data, x) - startOf(runs.data, y));
+      const a = choice("compare-a", ids[ids.length - 2]), b = choice("compare-b", ids[ids.length - 1]);
+      comparing = h("form", { class: "compare-form", id: "compare-form", onsubmit: (event) => {
+        event.preventDefault();
+        location.hash = "#/t/" + enc(threadId) + "/compare?a=" + enc(a.value) + "&b=" + enc(b.value);
+      } }, h("span", { class: "muted" }, "Compare run"), a, h("span", { class: "muted" }, "with"), b,
+        h("button", { type: "submit" }, "Compare"));
+    }
     fill(main,
       h("h1", {}, "Thread ", h("span", { class: "mono" }, threadId)),
       h("div", { class: "panel" }, h("h2", {}, "Runs"),
@@ -190,10 +206,14 @@
         h("table", { id: "runs" },
         h("thead", {}, h("tr", {}, ["run", "status", "started (UTC)", "took", "model calls", "tokens", "cost",
           "first message"].map((name, i) => h("th", { class: i >= 3 && i <= 6 ? "num" : null }, name)))),
-        h("tbody", {}, rows))),
+        h("tbody", {}, rows)), comparing),
       h("div", { class: "grid2" },
         h("div", { class: "panel" }, h("h2", {}, "Token usage of the thread"), usageChart(usage)),
         h("div", { class: "panel" }, h("h2", {}, "Conversation"), more, chat)));
+  }
+  function startOf(rows, runId) {
+    const row = rows.find((r) => r.run_id === runId);
+    return row && row.started_at ? Date.parse(row.started_at) : 0;
   }
   function chatMessage(event) {
     const content = event.content;
@@ -246,8 +266,9 @@
   async function runView(threadId, runId, after, token) {
     const base = "threads/" + enc(threadId) + "/runs/" + enc(runId);
     setCrumbs([["threads", "#/"], [threadId, "#/t/" + enc(threadId)], [runId, null]]);
-    const [run, page, review] = await Promise.all([
+    const [run, page, review, scores] = await Promise.all([
       api(base), api(base + "/events", { limit: PAGE, after_seq: after }), api(base + "/workspace-changes"),
+      api(base + "/events", { event_types: "run.score", limit: 100 }),
     ]);
     if (token !== view) return;
     const state = { threadId, runId, base, after, page, run, token };
@@ -263,6 +284,7 @@
     fill(main,
       h("h1", {}, "Run ", h("span", { class: "mono" }, runId), status, live),
       stats,
+      scoresPanel(state, scores),
       h("div", { class: "grid2" }, chartPanel, workspacePanel(review)),
       h("div", { class: "panel" }, h("h2", {}, "Timeline"), pager, timeline, pagerBottom));
     fillStats(state);
@@ -409,6 +431,9 @@
         return "waiting for a human: " + (values.join(", ") || "interrupt") + dur;
       }
       case "run.cancel": return "cancelled: " + field(c, "reason") + (m.reconciled ? " (reconciled)" : "");
+      case "run.score":
+        return field(c, "name") + " = " + scoreValue(field(c, "value")) + " (" + field(c, "source", "?") + ")" +
+          (field(c, "comment") ? ": " + oneLine(c.comment, 160) : "");
       case "agent.handoff":
         return field(c, "from_agent", "?") + " → " + field(c, "to_agent", "?") + " hands over" +
           (field(c, "tool_call_id", null) ? " (tool call " + c.tool_call_id + ")" : "");
@@ -438,6 +463,72 @@
         if (name.startsWith("subagent.")) return "task " + field(c, "task_id") + " " + oneLine(field(c, "text") || field(c, "status") || "");
         return typeof c === "string" ? oneLine(c) : oneLine(JSON.stringify(c));
     }
+  }
+
+  // -- two runs compared ----------------------------------------------------------------------------
+  async function compareView(threadId, a, b, token) {
+    setCrumbs([["threads", "#/"], [threadId, "#/t/" + enc(threadId)], ["compare", null]]);
+    if (!a || !b) throw new Error("choose two runs to compare (?a=RUN&b=RUN)");
+    const c = await api("threads/" + enc(threadId) + "/compare", { a, b });
+    if (token !== view) return;
+    const runLink = (run) => h("a", { class: "mono", href: "#/t/" + enc(threadId) + "/r/" + enc(run) }, run);
+    const delta = (value, fmt) => (value === null || value === undefined ? "–" : value === 0 ? "=" :
+      (value > 0 ? "+" : "−") + fmt(Math.abs(value)));
+    const figures = [["status", (s) => pill(s.status), null], ["steps", (s) => num(s.steps), null],
+      ["model calls", (s) => num(s.model_calls), (d) => delta(d.model_calls, num)],
+      ["tool calls", (s) => num(s.tool_calls), (d) => delta(d.tool_calls, num)],
+      ["tokens", (s) => num(s.total_tokens), (d) => delta(d.total_tokens, num)],
+      ["cost", (s) => cost(s.cost_usd), (d) => delta(d.cost_usd, cost)],
+      ["duration", (s) => took(s.duration_ms), (d) => delta(d.duration_ms, took)]];
+    const sides = h("table", { id: "compare-sides" },
+      h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", {}, "A ", runLink(c.a.run_id)), h("th", {}, "B ", runLink(c.b.run_id)),
+        h("th", { class: "num" }, "B − A"))),
+      h("tbody", {}, figures.map(([name, show, change]) => h("tr", { "data-figure": name }, h("th", {}, name),
+        h("td", {}, show(c.a)), h("td", {}, show(c.b)), h("td", { class: "num" }, change ? change(c.deltas) : "")))));
+    const diverged = c.divergence ? c.divergence.step : null;
+    const seqLink = (run, seq) => (seq === null ? h("span", { class: "muted" }, "—") :
+      h("a", { class: "mono", href: "#/t/" + enc(threadId) + "/r/" + enc(run) + (seq > 1 ? "?after=" + (seq - 1) : "") }, "#" + seq));
+    const steps = c.steps.map((pair) => {
+      const only = pair.a === null ? "only-b" : pair.b === null ? "only-a" : pair.differences.length ? "differs" : "same";
+      return h("tr", { class: "step-" + only + (pair.position === diverged ? " diverged" : ""), "data-position": pair.position },
+        h("td", { class: "num" }, pair.position), h("td", {}, callerTag(pair.caller)), h("td", {}, pair.label),
+        h("td", {}, seqLink(c.a.run_id, pair.a_seq)), h("td", {}, seqLink(c.b.run_id, pair.b_seq)),
+        h("td", {}, only === "only-a" ? "only in A" : only === "only-b" ? "only in B" : only === "same" ? "same" :
+          pair.differences.map((d) => h("div", { class: "difference" }, h("b", {}, d.field + ": "),
+            h("span", { class: "a" }, d.a), " → ", h("span", { class: "b" }, d.b)))));
+    });
+    const others = c.differences.map((d) => h("li", {}, h("b", {}, d.field + ": "), h("span", { class: "a" }, d.a), " → ",
+      h("span", { class: "b" }, d.b)));
+    fill(main,
+      h("h1", {}, "Compare ", runLink(c.a.run_id), h("span", { class: "muted" }, "with"), runLink(c.b.run_id)),
+      h("div", { class: "panel" }, h("p", { id: "compare-summary", class: c.same ? "same" : "diverged-summary" },
+        c.same ? "" : "First divergence: ", c.summary), sides),
+      h("div", { class: "panel" }, h("h2", {}, "Steps, aligned"),
+        h("table", { id: "compare-steps" }, h("thead", {}, h("tr", {}, ["#", "caller", "step", "A", "B", "difference"].map(
+          (name, i) => h("th", { class: i === 0 ? "num" : null }, name)))), h("tbody", {}, steps)),
+        others.length ? [h("h2", {}, "The runs' other differences"), h("ul", { id: "compare-run-fields" }, others)] : null));
+  }
+
+  // -- scores ---------------------------------------------------------------------------------------
+  function scoreValue(value) {
+    if (value === true) return "pass";
+    if (value === false) return "fail";
+    if (value === "up") return "👍 up";
+    if (value === "down") return "👎 down";
+    return String(value);
+  }
+  function scoresPanel(state, found) {
+    const list = h("ul", { class: "scores", id: "scores" }, found.data.map((e) => {
+      const c = e.content || {};
+      const good = c.value === true || c.value === "up" || (typeof c.value === "number" && c.value > 0);
+      const bad = c.value === false || c.value === "down";
+      return h("li", { "data-seq": e.seq, "data-name": c.name },
+        h("span", { class: "score-name mono" }, c.name), " ",
+        h("span", { class: "pill " + (good ? "st-success" : bad ? "st-error" : "") }, scoreValue(c.value)), " ",
+        h("span", { class: "muted" }, c.source || ""), c.comment ? [" ", h("q", {}, c.comment)] : null);
+    }));
+    if (!found.data.length) return null;
+    return h("div", { class: "panel", id: "scores-panel" }, h("h2", {}, "Scores"), list);
   }
 
   // -- subagent task cards --------------------------------------------------------------------------
