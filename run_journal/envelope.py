@@ -223,7 +223,7 @@ NewEvent._FIELDS = (
 
 
 _new_record = object.__new__
-_SURELY_SMALL: Final = min(min(CONTENT_LIMITS.values()), METADATA_LIMIT) // 4
+_SURELY_SMALL: Final = min(*CONTENT_LIMITS.values(), METADATA_LIMIT) // 4
 """JSON text no longer than this (characters) is under every byte limit, whatever its characters."""
 
 

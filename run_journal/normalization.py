@@ -276,6 +276,19 @@ def encode(value: Any) -> str:
     return dumps(normalize(value))
 
 
+_DUMPS_SORTED: Final = json.JSONEncoder(
+    ensure_ascii=False, check_circular=False, allow_nan=False, separators=(",", ":"), sort_keys=True,
+).encode
+
+
+def encode_sorted(value: Any) -> str:
+    """``encode(value)`` with every object's keys in sorted order: the one text of a value, whatever
+    order its mappings were built in, so equal values give equal text in any process (what a
+    content address hashes). The value is encoded, decoded (every key is then a string) and encoded
+    again sorted, three passes of the stdlib's C code."""
+    return _DUMPS_SORTED(loads(encode(value)))
+
+
 _DIGITS_ONLY: Final = bytes(0x39 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
 _LONG_NUMBER: Final = b"9" * 19
 

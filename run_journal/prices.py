@@ -247,7 +247,7 @@ class PriceDatabase:
         try:
             if self.load() is not None:
                 self.find("gpt-4o")  # loads the bundled price data too
-        except Exception:  # noqa: BLE001 - a failed warm-up is retried, and reported, on first use
+        except Exception:  # noqa: BLE001, S110 - a failed warm-up is retried, and reported, on first use
             pass
 
     # -- lookups -------------------------------------------------------------------------------------

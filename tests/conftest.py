@@ -187,7 +187,7 @@ def postgres_database_url() -> Iterator[str]:
     name = f"run_journal_test_{_session_tag}"
     try:
         asyncio.run(_postgres_admin(f'CREATE DATABASE "{name}"'))
-    except Exception as error:  # noqa: BLE001 - any failure to reach the server means "unavailable"
+    except Exception as error:
         _unavailable(f"PostgreSQL at {POSTGRES_URL}", error)
     base, _, _ = POSTGRES_URL.rpartition("/")
     yield f"{base}/{name}"
@@ -204,7 +204,7 @@ def redis_prefix_url() -> Iterator[str]:
     client = redis.Redis.from_url(REDIS_URL)
     try:
         client.ping()
-    except Exception as error:  # noqa: BLE001 - any failure to reach the server means "unavailable"
+    except Exception as error:
         _unavailable(f"Redis at {REDIS_URL}", error)
     prefix = f"rjtest:{_session_tag}:"
     yield f"{REDIS_URL}?prefix={prefix}"

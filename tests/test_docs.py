@@ -25,7 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted([ROOT / "README.md", ROOT / "examples" / "README.md", *(ROOT / "docs").glob("*.md")])
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.M | re.S)
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 MARKER = re.compile(r"<!--\s*(not-run|excerpt):\s*(.*?)\s*-->\s*$")
 
 NOT_RUN = {

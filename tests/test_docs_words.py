@@ -13,8 +13,8 @@ DOCS = sorted([ROOT / "README.md", ROOT / "examples" / "README.md", *(ROOT / "do
 
 RULES: dict[str, re.Pattern[str]] = {
     # "session storage" (the browser's) is a feature the HTTP viewer uses, not a work session.
-    "session": re.compile(r"\bsessions?\b(?! storage)", re.I),
-    "issue number": re.compile(r"\bissues?\s*(?:#\s*\d+|\d+)", re.I),
+    "session": re.compile(r"\bsessions?\b(?! storage)", re.IGNORECASE),
+    "issue number": re.compile(r"\bissues?\s*(?:#\s*\d+|\d+)", re.IGNORECASE),
     # 7-40 hex digits with a letter and a digit, standing alone. Not: an OpenTelemetry span id (16) or
     # trace id / run id (32), a hex suffix of an id (`dice-3b2f16fc`), a sha256 shown cut short
     # (`sha256 d78a437d97c1...`).
@@ -22,7 +22,7 @@ RULES: dict[str, re.Pattern[str]] = {
         r"(?<![\w./-])(?<!sha256 )(?<!sha256: )(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])"
         r"(?!(?:[0-9a-f]{16}|[0-9a-f]{32})(?![\w]))[0-9a-f]{7,40}(?![\w-])(?!\.\.\.|…)"
     ),
-    "work diary": re.compile(r"\b(?:this round|previous design|redesign(?:ed)?|we tried)\b", re.I),
+    "work diary": re.compile(r"\b(?:this round|previous design|redesign(?:ed)?|we tried)\b", re.IGNORECASE),
 }
 
 

@@ -53,7 +53,7 @@ def run_hint(command: str, cwd: Path) -> str:
 
 
 def timeline(output: str) -> list[tuple[int, str, str]]:
-    return [(int(m[1]), m[2], m[3]) for m in re.finditer(r"^\s+(\d+)  (\S+)\s+(\S+)\s", output, re.M)]
+    return [(int(m[1]), m[2], m[3]) for m in re.finditer(r"^\s+(\d+)  (\S+)\s+(\S+)\s", output, re.MULTILINE)]
 
 
 def test_quickstart_journals_into_journal_db_in_the_current_directory(tmp_path: Path) -> None:
@@ -74,8 +74,8 @@ def test_quickstart_journals_into_journal_db_in_the_current_directory(tmp_path: 
     assert again.splitlines()[0] == "success 133"
     assert [seq for seq, _, _ in timeline(again)] == list(range(9, 17))
     assert "status success: 2 model calls, 110 input + 23 output = 133 tokens, 1 tool call(s)" in again
-    first_run = re.search(r"^run (\w+) on thread t1$", out, re.M)
-    second_run = re.search(r"^run (\w+) on thread t1$", again, re.M)
+    first_run = re.search(r"^run (\w+) on thread t1$", out, re.MULTILINE)
+    second_run = re.search(r"^run (\w+) on thread t1$", again, re.MULTILINE)
     assert first_run is not None
     assert second_run is not None
     assert first_run[1] != second_run[1]
@@ -89,11 +89,11 @@ def test_quickstart_suggests_command_lines_that_run_without_an_activated_virtual
     script = BIN / "run-journal"
     assert script.is_file()
     assert threads == f"{shlex.quote(str(script))} sqlite:///journal.db threads"
-    run_id = re.search(r"^run (\w+) on thread t1$", out, re.M)
+    run_id = re.search(r"^run (\w+) on thread t1$", out, re.MULTILINE)
     assert run_id is not None
     assert show == f"{shlex.quote(str(script))} sqlite:///journal.db show {run_id[1]}"
     listed = run_hint(threads, tmp_path)
-    assert re.search(r"^t1\s+8\s+1\s+success", listed, re.M), listed
+    assert re.search(r"^t1\s+8\s+1\s+success", listed, re.MULTILINE), listed
     shown = run_hint(show, tmp_path)
     assert f"run {run_id[1]}" in shown
     assert "get_weather" in shown
@@ -124,14 +124,14 @@ def test_quickstart_shows_a_virtualenv_in_the_current_directory_relative_to_it(t
     out = run_example("quickstart.py", tmp_path, python=str(python))
     threads, _ = hinted_commands(out)
     assert threads == ".venv/bin/run-journal sqlite:///journal.db threads"
-    assert re.search(r"^t1\s+8\s+1\s+success", run_hint(threads, tmp_path), re.M)
+    assert re.search(r"^t1\s+8\s+1\s+success", run_hint(threads, tmp_path), re.MULTILINE)
     # Without the script (run_journal importable, not installed with its entry point): through Python.
     (python.parent / "run-journal").unlink()
     again = run_example("quickstart.py", tmp_path, python=str(python))
     threads, _ = hinted_commands(again)
     assert threads.startswith(".venv/bin/python ")
     assert threads.endswith(" sqlite:///journal.db threads")
-    assert re.search(r"^t1\s+16\s+2\s+success", run_hint(threads, tmp_path), re.M)
+    assert re.search(r"^t1\s+16\s+2\s+success", run_hint(threads, tmp_path), re.MULTILINE)
 
 
 def test_tool_agent_prices_the_run(tmp_path: Path) -> None:
@@ -155,7 +155,7 @@ def test_interrupt_then_resume_names_the_interrupted_run(tmp_path: Path) -> None
     first_runs = []
     for _ in range(2):  # memory:// and an in-memory checkpointer: every run starts afresh
         out = run_example("interrupt_resume.py", tmp_path)
-        runs = re.findall(r"^run (\w+): status (\w+), resumed_from (\w+)$", out, re.M)
+        runs = re.findall(r"^run (\w+): status (\w+), resumed_from (\w+)$", out, re.MULTILINE)
         assert [status for _, status, _ in runs] == ["interrupted", "success"]
         (first, _, origin), (_, _, resumed) = runs
         assert origin == "None"
@@ -183,7 +183,7 @@ def test_subagent_steps_read_back_by_task_id_in_pages(tmp_path: Path) -> None:
         assert re.search(r"subagent\.end\s+subagent:researcher\s+task_id=task-1", out)
         assert "usage lead_agent: 2 call(s), 104 tokens" in out
         assert "usage subagent:researcher: 2 call(s), 122 tokens" in out
-        timeline_seqs = [int(seq) for seq in re.findall(r"^  seq\s+(\d+) ", out, re.M)]
+        timeline_seqs = [int(seq) for seq in re.findall(r"^  seq\s+(\d+) ", out, re.MULTILINE)]
         assert timeline_seqs == list(range(timeline_seqs[0], timeline_seqs[0] + 17))
         starts.append(timeline_seqs[0])
     assert starts == [1, 18]
@@ -193,7 +193,7 @@ def test_workspace_changes_are_reviewed(tmp_path: Path) -> None:
     for _ in range(2):  # the second run finds the workspace as the first did (and reviews its own run)
         out = run_example("workspace_changes.py", tmp_path)
         assert "4 file(s) changed +4 -2" in out
-        files = re.findall(r"^  (created|modified|deleted)\s+(\S+)\s+\+(\d+) -(\d+)(.*)$", out, re.M)
+        files = re.findall(r"^  (created|modified|deleted)\s+(\S+)\s+\+(\d+) -(\d+)(.*)$", out, re.MULTILINE)
         assert files == [
             ("created", ".env", "0", "0", " (sensitive)"), ("created", "README.md", "3", "0", ""),
             ("modified", "app.py", "1", "1", ""), ("deleted", "notes.txt", "0", "1", "")]
@@ -209,11 +209,11 @@ def test_postgres_workers_share_one_dense_thread(tmp_path: Path, postgres_databa
     for _ in range(2):  # the second invocation journals new runs on a new thread of the same schema
         out = run_example("postgres_workers.py", tmp_path, f"{postgres_database_url}?schema=examples_workers")
         assert "skipped" not in out
-        thread = re.search(r"^thread (dice-\w+): 48 events from 6 runs by 2 workers$", out, re.M)
+        thread = re.search(r"^thread (dice-\w+): 48 events from 6 runs by 2 workers$", out, re.MULTILINE)
         assert thread is not None
         threads.append(thread[1])
         assert "seq runs from 1 to 48; gaps: none; duplicates: 0" in out
-        followed = [int(seq) for seq in re.findall(r"^follower: seq\s+(\d+)", out, re.M)]
+        followed = [int(seq) for seq in re.findall(r"^follower: seq\s+(\d+)", out, re.MULTILINE)]
         assert followed == list(range(1, 49))
         writers = re.search(r"writer of each seq \(1 = w1, 2 = w2\): ([12]+)", out)
         assert writers is not None

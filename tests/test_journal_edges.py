@@ -93,9 +93,9 @@ def chatty_graph(calls: int) -> Any:
 
 
 class SlowMemoryStore(MemoryRunEventStore):
-    async def _append(self, batch: Any) -> Any:
+    async def _append(self, batch: Any, bodies: Any = ()) -> Any:
         await asyncio.sleep(0.02)
-        return await super()._append(batch)
+        return await super()._append(batch, bodies)
 
 
 async def test_async_journal_callbacks_wait_for_room_when_the_store_is_slow() -> None:

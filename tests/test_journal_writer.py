@@ -303,9 +303,9 @@ async def test_an_event_queued_after_a_drain_that_took_a_late_one_is_still_writt
     from run_journal.writer import EventWriter
 
     class SlowStore(MemoryRunEventStore):
-        async def _append(self, batch: Any) -> Any:
+        async def _append(self, batch: Any, bodies: Any = ()) -> Any:
             await asyncio.sleep(0.05)
-            return await super()._append(batch)
+            return await super()._append(batch, bodies)
 
     def event(n: int) -> NewEvent:
         return NewEvent(thread_id="t", run_id="r", event_type="workspace.file.write", category="trace",
@@ -341,10 +341,10 @@ async def test_a_flush_or_close_waiting_on_a_cancelled_flush_still_returns(
     from run_journal.writer import EventWriter
 
     class SlowStore(MemoryRunEventStore):
-        async def _append(self, batch: Any) -> Any:
+        async def _append(self, batch: Any, bodies: Any = ()) -> Any:
             if slow_step == "events":
                 await asyncio.sleep(0.3)
-            return await super()._append(batch)
+            return await super()._append(batch, bodies)
 
         async def put_run(self, row: RunRow) -> RunRow:
             if slow_step == "row":

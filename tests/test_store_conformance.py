@@ -247,8 +247,8 @@ async def test_an_idle_user_scoped_follow_costs_a_few_reads_a_second(store_url: 
             *(new_event("emptied", "r-gone", content=n) for n in range(3)),
         ])
         reads = CountedReads(store)
-        scoped = cast(AsyncGenerator[RunEvent, None], store.follow("idle", user_id="alice"))
-        emptied = cast(AsyncGenerator[RunEvent, None], store.follow("emptied"))
+        scoped = cast("AsyncGenerator[RunEvent, None]", store.follow("idle", user_id="alice"))
+        emptied = cast("AsyncGenerator[RunEvent, None]", store.follow("emptied"))
         async with asyncio.timeout(GUARD), aclosing(scoped), aclosing(emptied):
             assert (await anext(scoped)).event_id == "hers"
             next_scoped = asyncio.ensure_future(anext(scoped))

@@ -442,7 +442,7 @@ def test_the_diff_command_shows_the_alignment_and_exits_0_or_1(cli: Any, cli_url
     different = cli(cli_url, "diff", first[:10], lyon, "--thread", "forecasts")
     assert different.code == 1, different.err
     assert "differs: tool_calls[0].args.city" in different.out
-    assert ('first divergence: step 1: model call of lead_agent' in different.out)
+    assert ("first divergence: step 1: model call of lead_agent" in different.out)
     assert ('tool_calls[0].args.city differs at character 0: "Paris" vs "Lyon"' in different.out)
     as_json = cli(cli_url, "diff", first, lyon, "--json", "--ignore", "tool_calls", "--ignore", "args")
     assert as_json.code == 1

@@ -67,7 +67,7 @@ class Param:
         if problem is not None:
             raise CheckDefinitionError(
                 f"{check}: {self.name} takes {self.describe()}, got {shown(value)}{problem}", self.name)
-        if self.kind == "texts" or self.kind == "choices":
+        if self.kind in {"texts", "choices"}:
             return (value,) if isinstance(value, str) else tuple(value)
         if self.kind == "duration":
             return seconds_of(value)

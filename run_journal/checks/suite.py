@@ -87,7 +87,7 @@ def parse_suite(text: str, *, source: str = "<suite>") -> Suite:
     import yaml  # PyYAML: loaded only when a suite is read
 
     try:
-        document = yaml.load(text, Loader=_line_loader())
+        document = yaml.load(text, Loader=_line_loader())  # noqa: S506 - a SafeLoader subclass
     except _DuplicateKey as error:
         raise SuiteError(str(error), source=source, line=error.line) from None
     except yaml.YAMLError as error:

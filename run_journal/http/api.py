@@ -196,7 +196,7 @@ def router(
     dependencies = [Depends(_authorizer(token))] if token is not None else []
     api = APIRouter(route_class=JournalRoute, responses=_ERROR_RESPONSES)
     scoped = _scoper(user_header, user_id)
-    User = Annotated[str | None, Depends(scoped)]
+    User = Annotated[str | None, Depends(scoped)]  # noqa: N806 - a type, named like one
 
     def thread_of(thread_id: str) -> str:
         return validate_id("thread_id", thread_id)

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
+from run_journal.bodies import BODY_LIMIT, MAX_BODY_READ, Body, check_bodies, check_digest
 from run_journal.catalog import LEGACY_ALIASES, TERMINAL_RUN_EVENTS, canonical_event_type
 from run_journal.envelope import JsonObject, JsonValue, NewEvent, RunEvent, validate_id, validate_task_id
 from run_journal.runs import RunRow
@@ -51,13 +52,14 @@ FOLLOW_PAGE: Final = 500
 """Events a follower reads at a time."""
 
 __all__ = [  # with the contract, the names its modules below it define, where callers import them
-    "CONTRACT_MAJOR", "CONTRACT_VERSION", "FOLLOW_PAGE", "MAX_PAGE", "MAX_SEQ", "MESSAGE", "RUN_START",
-    "TERMINAL_TYPES", "CorruptStoreError", "EventInput", "EventQuery", "FollowError",
-    "IncompatibleStoreError", "PruneResult", "PrunedThread", "RecentThreadQuery", "RunEventStore",
-    "RunIdTakenError", "RunQuery", "StartQuery", "StorageProblem", "StoreClosedError", "StoreError",
-    "ThreadActivity", "ThreadQuery", "Waiter", "after_error", "as_new_event", "check_cursor", "check_limit",
-    "check_optional_id", "check_run_starts", "check_statuses", "check_task_id", "check_thread_cursor",
-    "exclusive_set", "expand_event_types", "metadata_task_id", "prune_cutoff", "stamp",
+    "BODY_LIMIT", "CONTRACT_MAJOR", "CONTRACT_VERSION", "FOLLOW_PAGE", "MAX_BODY_READ", "MAX_PAGE",
+    "MAX_SEQ", "MESSAGE", "RUN_START", "TERMINAL_TYPES", "Body", "CorruptStoreError", "EventInput",
+    "EventQuery", "FollowError", "IncompatibleStoreError", "PruneResult", "PrunedThread",
+    "RecentThreadQuery", "RunEventStore", "RunIdTakenError", "RunQuery", "StartQuery", "StorageProblem",
+    "StoreClosedError", "StoreError", "ThreadActivity", "ThreadQuery", "Waiter", "after_error",
+    "as_new_event", "check_cursor", "check_limit", "check_optional_id", "check_run_starts",
+    "check_statuses", "check_task_id", "check_thread_cursor", "exclusive_set", "expand_event_types",
+    "metadata_task_id", "prune_cutoff", "stamp",
 ]
 
 
@@ -334,18 +336,29 @@ class RunEventStore(abc.ABC):
         (stored,) = await self.put_batch([event])
         return stored
 
-    async def put_batch(self, events: Iterable[EventInput]) -> list[RunEvent]:
+    async def put_batch(
+        self, events: Iterable[EventInput], *, bodies: Sequence[Body] = ()
+    ) -> list[RunEvent]:
         """Append events (of any threads and runs) in order; one result per input, in input order.
 
         Everything is validated before anything is written. An event whose ``event_id`` is already
         stored (or repeated earlier in the batch) is not written again: its stored record is returned.
+
+        ``bodies`` (``run_journal.bodies.Body``) are written in the same step as the events: a
+        write that stores none of its events (refused, or failed) stores none of its bodies, and no
+        event is ever visible before the bodies written with it. A body its thread already holds is
+        left as it is (see ``put_bodies``).
         """
         batch = [as_new_event(item) for item in events]
+        checked = check_bodies(bodies)
         if not batch:
+            if checked:
+                await self._ready()
+                await self._put_bodies(checked)
             return []
         check_run_starts(batch)
         await self._ready()
-        return await self._append(batch)
+        return await (self._append(batch, checked) if checked else self._append(batch))
 
     async def put_if_absent(
         self,
@@ -394,20 +407,62 @@ class RunEventStore(abc.ABC):
         await self._ready()
         return await self._put_run(row)
 
-    async def put_run_close(self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow) -> bool:
+    async def put_run_close(
+        self, events: Sequence[NewEvent], terminal: NewEvent, row: RunRow, *, bodies: Sequence[Body] = ()
+    ) -> bool:
         """Close a run: its last ``events`` (``put_batch``), its ``terminal`` event
         (``put_event_if_absent`` with ``exclusive_types=TERMINAL_RUN_EVENTS``) and its final ``row``
-        (``put_run``). Idempotent like its parts (a retry writes nothing twice).
+        (``put_run``). Idempotent like its parts (a retry writes nothing twice). ``bodies`` are
+        written with the events, as ``put_batch`` writes them.
 
         False when the run already had another terminal event (``reconcile_orphans`` closed it):
-        the events are written, the terminal event and the row are not. A row of another thread is
-        a ValueError, raised after the events and the terminal event are written.
+        the events and bodies are written, the terminal event and the row are not. A row of another
+        thread is a ValueError, raised after the events and the terminal event are written.
         """
         batch = [as_new_event(item) for item in events]
         check_run_starts(batch)
+        checked = check_bodies(bodies)
         types = exclusive_set(terminal.event_type, TERMINAL_RUN_EVENTS)
         await self._ready()
+        if checked:
+            return await self._put_run_close(batch, terminal, types, row, checked)
         return await self._put_run_close(batch, terminal, types, row)
+
+    # -- bodies ----------------------------------------------------------------------------------
+    async def put_bodies(self, bodies: Sequence[Body]) -> None:
+        """Store bodies (of any threads) on their own. Idempotent: a digest the thread already holds
+        is left as it is, so putting a body again costs a lookup, never a second copy. Everything
+        is checked first (each digest against its data, ``BODY_LIMIT``, the thread ids)."""
+        checked = check_bodies(bodies)
+        if checked:
+            await self._ready()
+            await self._put_bodies(checked)
+
+    async def get_bodies(self, thread_id: str, digests: Iterable[str]) -> dict[str, bytes]:
+        """The thread's bodies with these digests, as ``{digest: data}``; a digest the thread does
+        not hold is absent. At most ``MAX_BODY_READ`` (1,000) distinct digests per call."""
+        validate_id("thread_id", thread_id)
+        if isinstance(digests, str):
+            raise TypeError("digests is a collection of digests, not a single string")
+        wanted = tuple(dict.fromkeys(check_digest("digest", digest) for digest in digests))
+        if len(wanted) > MAX_BODY_READ:
+            raise ValueError(f"get_bodies reads at most {MAX_BODY_READ} digests per call, got {len(wanted)}")
+        if not wanted:
+            return {}
+        await self._ready()
+        return await self._get_bodies(thread_id, wanted)
+
+    async def list_bodies(
+        self, thread_id: str, *, after: str | None = None, limit: int = MAX_BODY_READ
+    ) -> list[Body]:
+        """The thread's bodies ascending by digest: the first ``limit`` (1 to 1,000) with a digest
+        greater than ``after`` (page on with the last one's digest)."""
+        validate_id("thread_id", thread_id)
+        cursor = None if after is None else check_digest("after", after)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BODY_READ:
+            raise ValueError(f"limit must be an integer from 1 to {MAX_BODY_READ}, got {limit!r}")
+        await self._ready()
+        return await self._list_bodies(thread_id, cursor, limit)
 
     # -- reads -----------------------------------------------------------------------------------
     async def list_messages(
@@ -656,7 +711,7 @@ class RunEventStore(abc.ABC):
 
     # -- deletes ---------------------------------------------------------------------------------
     async def delete_by_thread(self, thread_id: str) -> int:
-        """Delete a thread's events and run rows; returns the number of events deleted.
+        """Delete a thread's events, run rows and bodies; returns the number of events deleted.
 
         The thread's seq counter is kept: new events of the thread continue above the highest seq
         ever assigned (``last_seq`` is unchanged), so a follower's cursor never skips them.
@@ -666,7 +721,8 @@ class RunEventStore(abc.ABC):
         return await self._delete_thread(thread_id)
 
     async def delete_by_run(self, thread_id: str, run_id: str) -> int:
-        """Delete one run's events and its row; returns the number of events deleted.
+        """Delete one run's events and its row; returns the number of events deleted. The thread's
+        bodies are kept (its other runs may reference them).
 
         The seq of the remaining events is unchanged, and new events continue above the highest
         seq ever assigned, so a deleted range never comes back with other content.
@@ -685,9 +741,10 @@ class RunEventStore(abc.ABC):
         """Let go of connections and files, wake waiting followers (``_closed`` is already set)."""
 
     @abc.abstractmethod
-    async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+    async def _append(self, batch: Sequence[NewEvent], bodies: Sequence[Body] = ()) -> list[RunEvent]:
         """Persist a batch atomically per thread, assigning seq; dedupe by event_id (a stored id or
-        one repeated in the batch returns its stored record, as its own copy)."""
+        one repeated in the batch returns its stored record, as its own copy). ``bodies`` go in the
+        same step (``_put_bodies``' rules), never after the events."""
 
     @abc.abstractmethod
     async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
@@ -699,18 +756,34 @@ class RunEventStore(abc.ABC):
         """``put_run``: the guards (owning thread, ``runs.may_replace``) in the same atomic step."""
 
     async def _put_run_close(
-        self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow
+        self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow,
+        bodies: Sequence[Body] = (),
     ) -> bool:
         """``put_run_close``: ``types`` are the terminal's exclusive types. This default takes the
         three steps one after the other (``_append``, ``_put_if_absent``, ``_put_run``); a backend
         that can do them in one step (one transaction, one locked step) overrides it."""
         if batch:
-            await self._append(batch)
+            await (self._append(batch, bodies) if bodies else self._append(batch))
+        elif bodies:
+            await self._put_bodies(bodies)
         stored, _ = await self._put_if_absent(terminal, types)
         if stored.event_id != terminal.event_id:
             return False
         await self._put_run(row)
         return True
+
+    async def _put_bodies(self, bodies: Sequence[Body]) -> None:
+        """Store each body unless its thread already holds its digest (one per (thread, digest),
+        checked). Concurrent writers of the same digest both succeed."""
+        raise NotImplementedError(f"{type(self).__name__} does not store bodies yet")
+
+    async def _get_bodies(self, thread_id: str, digests: tuple[str, ...]) -> dict[str, bytes]:
+        """The stored data of those of ``digests`` (distinct, at most ``MAX_BODY_READ``) the thread holds."""
+        raise NotImplementedError(f"{type(self).__name__} does not store bodies yet")
+
+    async def _list_bodies(self, thread_id: str, after: str | None, limit: int) -> list[Body]:
+        """The thread's bodies ascending by digest, above ``after``, at most ``limit``."""
+        raise NotImplementedError(f"{type(self).__name__} does not store bodies yet")
 
     @abc.abstractmethod
     async def _select_events(self, query: EventQuery) -> list[RunEvent]:

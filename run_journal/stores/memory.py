@@ -26,6 +26,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
+from run_journal.bodies import Body
 from run_journal.envelope import NewEvent, RunEvent, dumps, loads, utc_now
 from run_journal.runs import RunRow, may_replace
 from run_journal.stores.base import (
@@ -166,6 +167,21 @@ class Recent:
         return [ThreadActivity(thread, datetime.fromisoformat(moment)) for moment, thread in newest_first]
 
 
+class ThreadBodies:
+    """A thread's bodies by digest, and the digests sorted (``list_bodies`` pages them by bisect)."""
+
+    __slots__ = ("data", "digests")
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.digests: list[str] = []
+
+    def keep(self, digest: str, data: bytes) -> None:
+        if digest not in self.data:
+            self.data[digest] = data
+            bisect.insort(self.digests, digest)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class StoredRun:
     row_json: str
@@ -195,6 +211,7 @@ class MemoryRunEventStore(RunEventStore):
         """run_id -> (thread_id, event_id) of its run.start; stale once that event is deleted."""
         self._recent = Recent()
         self._recent_of_user: defaultdict[str, Recent] = defaultdict(Recent)
+        self._bodies: defaultdict[str, ThreadBodies] = defaultdict(ThreadBodies)
 
     @classmethod
     def from_url(cls, url: str = "memory://", **options: Any) -> MemoryRunEventStore:
@@ -209,10 +226,11 @@ class MemoryRunEventStore(RunEventStore):
                 thread.wake()
 
     # -- writes ----------------------------------------------------------------------------------
-    async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+    async def _append(self, batch: Sequence[NewEvent], bodies: Sequence[Body] = ()) -> list[RunEvent]:
         with self._lock:
             self._check_open()
             self._check_starts(batch)
+            self._keep_bodies(bodies)
             written = [self._record(event) for event in batch]
         # a new write's result may share the writer's payload objects; a repeat gets its own copy
         return [RunEvent.stored(record.event, record.seq) if new else record.to_event()
@@ -276,13 +294,15 @@ class MemoryRunEventStore(RunEventStore):
         return record.to_event(), written
 
     async def _put_run_close(
-        self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow
+        self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow,
+        bodies: Sequence[Body] = (),
     ) -> bool:
         """One locked step: no reader sees the run's last events without its end and its row."""
         row_json = dumps(row.to_dict())
         with self._lock:
             self._check_open()
             self._check_starts([*batch, terminal])
+            self._keep_bodies(bodies)
             for event in batch:
                 self._record(event)
             stored, _ = self._record(terminal, types)
@@ -315,6 +335,33 @@ class MemoryRunEventStore(RunEventStore):
             row_json, first_put_at, row.thread_id, row.status, row.run_id, row.started_at, row.user_id
         )
         return None
+
+    # -- bodies ----------------------------------------------------------------------------------
+    def _keep_bodies(self, bodies: Sequence[Body]) -> None:
+        """Under the lock: each body its thread does not hold yet."""
+        for body in bodies:
+            self._bodies[body.thread_id].keep(body.digest, body.data)
+
+    async def _put_bodies(self, bodies: Sequence[Body]) -> None:
+        with self._lock:
+            self._check_open()
+            self._keep_bodies(bodies)
+
+    async def _get_bodies(self, thread_id: str, digests: tuple[str, ...]) -> dict[str, bytes]:
+        with self._lock:
+            held = self._bodies.get(thread_id)
+            if held is None:
+                return {}
+            return {digest: data for digest in digests if (data := held.data.get(digest)) is not None}
+
+    async def _list_bodies(self, thread_id: str, after: str | None, limit: int) -> list[Body]:
+        with self._lock:
+            held = self._bodies.get(thread_id)
+            if held is None:
+                return []
+            digests = held.digests
+            start = 0 if after is None else bisect.bisect_right(digests, after)
+            return [Body(thread_id, digest, held.data[digest]) for digest in digests[start:start + limit]]
 
     # -- reads -----------------------------------------------------------------------------------
     async def _select_events(self, query: EventQuery) -> list[RunEvent]:
@@ -439,6 +486,7 @@ class MemoryRunEventStore(RunEventStore):
             thread = self._threads.get(thread_id)
             for run_id in [key for key, item in self._runs.items() if item.thread_id == thread_id]:
                 del self._runs[run_id]
+            self._bodies.pop(thread_id, None)
             if thread is None:
                 return 0
             emptied = ThreadEvents()

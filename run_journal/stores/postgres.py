@@ -41,6 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.schema import CreateSchema
 
+from run_journal.bodies import Body
 from run_journal.envelope import NewEvent, RunEvent
 from run_journal.runs import RunRow
 from run_journal.stores import postgres_write
@@ -291,7 +292,9 @@ class PostgresRunEventStore(SqlRunEventStore):
                 raise
         return int(found[0]), bool(found[1]), found[2], found[3]
 
-    async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+    async def _append(self, batch: Sequence[NewEvent], bodies: Sequence[Body] = ()) -> list[RunEvent]:
+        if bodies:
+            await self._put_bodies(bodies)  # not yet in the same step
         written = await self._call_write(batch, None, None) if self._one_call(batch) else None
         if written is None:
             return await super()._append(batch)
@@ -299,8 +302,11 @@ class PostgresRunEventStore(SqlRunEventStore):
         return [RunEvent.stored(event, start + n) for n, event in enumerate(batch)]
 
     async def _put_run_close(
-        self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow
+        self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow,
+        bodies: Sequence[Body] = (),
     ) -> bool:
+        if bodies:
+            await self._put_bodies(bodies)  # not yet in the same step
         events = [*batch, terminal]
         values = run_values(row)
         columns = [values[name] for name in RUN_COLUMNS]

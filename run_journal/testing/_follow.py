@@ -19,7 +19,7 @@ class FollowTests(StoreSuiteBase):
 
     async def test_follow_yields_existing_then_new_events(self, store: RunEventStore) -> None:
         await store.put_batch([new_event("live", content=i) for i in range(3)])
-        follower = cast(AsyncGenerator[RunEvent, None], store.follow("live", after_seq=1))
+        follower = cast("AsyncGenerator[RunEvent, None]", store.follow("live", after_seq=1))
         async with asyncio.timeout(GUARD), aclosing(follower):
             assert [(await anext(follower)).seq for _ in range(2)] == [2, 3]
             pending = asyncio.ensure_future(anext(follower))

@@ -160,7 +160,7 @@ class ReadTests(StoreSuiteBase):
         assert await store.count_messages("shared") == 6
         assert await store.list_threads(user_id="alice") == ["only-a", "shared"]
         assert await store.list_threads(user_id="carol") == []
-        follower = cast(AsyncGenerator[RunEvent, None], store.follow("shared", user_id="alice"))
+        follower = cast("AsyncGenerator[RunEvent, None]", store.follow("shared", user_id="alice"))
         async with asyncio.timeout(GUARD), aclosing(follower):
             assert [(await anext(follower)).content for _ in range(2)] == [1, 4]
 

@@ -44,7 +44,7 @@ class RecordTests(StoreSuiteBase):
         for got in reads:
             assert sorted((body(e) for e in got), key=dumps) == sorted((body(e) for e in expected), key=dumps)
             assert sorted(e.created_at for e in got) == sorted(e.created_at for e in expected)
-        content = cast(dict[str, Any], reads[1][0].content)
+        content = cast("dict[str, Any]", reads[1][0].content)
         assert content["text"] == TRICKY_TEXT
         assert content[TRICKY_TEXT] == "tricky key"
         assert (content["big"], content["neg_big"], content["int64"]) == (
@@ -70,8 +70,8 @@ class RecordTests(StoreSuiteBase):
         content["list"].append(3)
         metadata["tags"].append("b")
         for record in [written, *await store.list_events("t"), *await store.list_messages("t")]:
-            cast(dict[str, Any], record.content)["list"].append("mutated")
-            cast(dict[str, Any], record.content)["inner"]["k"] = "mutated"
+            cast("dict[str, Any]", record.content)["list"].append("mutated")
+            cast("dict[str, Any]", record.content)["inner"]["k"] = "mutated"
             record.metadata["tags"] = "mutated"
         for read in (await store.list_events("t"), await store.list_messages_by_run("t", "r")):
             assert (read[0].content, read[0].metadata) == (
@@ -83,7 +83,7 @@ class RecordTests(StoreSuiteBase):
         got = await store.get_run("r")
         assert got is not None
         assert got.metadata == {"k": ["v"]}
-        cast(list[str], got.metadata["k"]).append("mutated")
+        cast("list[str]", got.metadata["k"]).append("mutated")
         again = await store.get_run("r")
         assert again is not None
         assert again.metadata == {"k": ["v"]}

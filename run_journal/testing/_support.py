@@ -20,7 +20,7 @@ GUARD: Final = 60.0
 
 MESSAGE_TYPES: Final = ("llm.human.input", "llm.ai.response", "llm.tool.result", "ai_message")
 
-TRICKY_TEXT: Final = "a\u2028b\u2029c\x00d\x85e\x0bf\x0cg\x1ch\r\ni\té🚀\U0010ffff\"\\"
+TRICKY_TEXT: Final = 'a\u2028b\u2029c\x00d\x85e\x0bf\x0cg\x1ch\r\ni\té🚀\U0010ffff"\\'
 """Characters that break naive line splitting (U+2028, NEL, VT, FF, FS), NUL, escapes, astral."""
 TRICKY_PAYLOAD: Final[dict[Any, Any]] = {
     "text": TRICKY_TEXT,

@@ -70,7 +70,7 @@ class WriteTests(StoreSuiteBase):
             {"thread_id": "x" * 256}, {"run_id": "."}, {"event_id": "a\\b"}, {"user_id": "\n"},
             {"event_type": "bad type"}, {"event_type": "x" * 33}, {"category": "nope"},
             {"event_type": "run.start", "category": "message"},
-            {"created_at": datetime(2024, 1, 1)}, {"metadata": ["not", "a", "mapping"]},
+            {"created_at": datetime(2024, 1, 1)}, {"metadata": ["not", "a", "mapping"]},  # noqa: DTZ001 - refused
             {"metadata": {"huge": "m" * (1024 * 1024 + 1)}},
         ],
     )

@@ -17,8 +17,8 @@ Each test opens one store through the factory (some open a second one and close 
 extra); ``run_journal`` never imports this package, so library users never pay for it.
 
 The tests live in one mixin per theme (``_writes``, ``_reads``, ``_runs``, ``_activity``, ``_follow``,
-``_records``, ``_concurrency``, ``_limits``, ``_run_ids``, ``_prune``) on top of ``_support`` (helpers,
-test data, the ``store`` fixtures).
+``_records``, ``_concurrency``, ``_limits``, ``_run_ids``, ``_prune``, ``_bodies``) on top of
+``_support`` (helpers, test data, the ``store`` fixtures).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ except ImportError as error:  # pragma: no cover - only hit when the dev extra i
     ) from error
 
 from run_journal.testing._activity import ActivityTests
+from run_journal.testing._bodies import BodyTests
 from run_journal.testing._concurrency import ConcurrencyTests
 from run_journal.testing._follow import FollowTests
 from run_journal.testing._limits import LimitTests
@@ -73,10 +74,10 @@ __all__ = [
 
 # pytest collects inherited tests base class first (reverse MRO), so the mixins are listed last theme
 # first: the tests run in the order of the themes (writes, reads, runs, activity order, follow, records,
-# concurrency, limits, run ids, prune).
+# concurrency, limits, run ids, prune, bodies).
 class RunEventStoreConformance(
-    PruneTests, RunIdTests, LimitTests, ConcurrencyTests, RecordTests, FollowTests, ActivityTests, RunTests,
-    ReadTests, WriteTests,
+    BodyTests, PruneTests, RunIdTests, LimitTests, ConcurrencyTests, RecordTests, FollowTests,
+    ActivityTests, RunTests, ReadTests, WriteTests,
 ):
     """The store contract as tests. Subclass it (``Test...``) and implement ``make_store``."""
 

@@ -117,7 +117,7 @@ async def test_a_subagent_run_groups_the_steps_under_their_task_card(
     await open_view(page, server, "#/t/research-1/r/research", "#timeline .task .step")
     card = page.locator('#timeline .task[data-task="task-1"]')
     assert await card.count() == 1
-    await page.wait_for_selector('#timeline .task .pill.st-completed')
+    await page.wait_for_selector("#timeline .task .pill.st-completed")
     header = " ".join((await card.locator("header").inner_text()).split())
     assert "researcher" in header
     assert "task-1" in header

@@ -132,7 +132,7 @@ async def fullfile(url: str, thread_id: str, tag: str, limit: int) -> None:
             ]
             try:
                 stored = await store.put_batch(batch)
-            except Exception as error:  # noqa: BLE001 - the parent checks what it is
+            except Exception as error:
                 errors += 1
                 print(json.dumps({"error": f"{type(error).__name__}: {error}",
                                   "ids": [event.event_id for event in batch]}), flush=True)

@@ -91,13 +91,13 @@ async def crash_scenario(url: str, kills: int) -> dict[str, int]:
 
 async def test_killed_writers_lose_no_acknowledged_event(crash_url: str) -> None:
     figures = await crash_scenario(crash_url, 3)
-    print(f"crash {crash_url.split(':')[0]}: {figures}")
+    print(f"crash {crash_url.split(':', maxsplit=1)[0]}: {figures}")
 
 
 @pytest.mark.soak
 async def test_twenty_kills_lose_no_acknowledged_event(crash_url: str) -> None:
     figures = await crash_scenario(crash_url, 20)
-    print(f"crash {crash_url.split(':')[0]}: {figures}")
+    print(f"crash {crash_url.split(':', maxsplit=1)[0]}: {figures}")
 
 
 def events_file(root: Path) -> Path:

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.reliability
 
 HOSTILE_IDS = [
     "../escape", "../../etc/passwd", "/abs", "a/b", "..", ".", "a\\b", "nul\x00byte", "x" * 10_000,
-    "'; DROP TABLE run_events; --", "\" OR 1=1 --", "%s%s%n", "*", "?", "t{1}",
+    "'; DROP TABLE run_events; --", '" OR 1=1 --', "%s%s%n", "*", "?", "t{1}",
     "\u202e\u0644\u00e9\U0001f916",
     "CON", "name with spaces", "run\u2028id", "\ud800",
 ]

@@ -63,5 +63,5 @@ async def test_a_task_id_over_the_limit_fails_its_record_call_and_every_other_ev
     assert stats.written == stats.submitted == len(events) >= 13
     steps = [e.metadata["task_id"] for e in events if e.event_type == "subagent.step"]
     assert steps == ["task-0", "task-1"]
-    print(f"limits, {store_url.split(':')[0]}: 3 oversized task ids refused at record(), "
+    print(f"limits, {store_url.split(':', maxsplit=1)[0]}: 3 oversized task ids refused at record(), "
           f"{len(events)} of {stats.submitted} events stored")

@@ -112,10 +112,12 @@ async def contention(url: str, processes: int, puts: int) -> list[float]:
 
 async def test_processes_contend_for_one_thread(sql_url: str) -> None:
     slowest = await contention(sql_url, processes=3, puts=40)
-    print(f"contention {sql_url.split(':')[0]}: 3 processes x 40 puts, slowest put {max(slowest):.3f}s")
+    backend = sql_url.split(":", maxsplit=1)[0]
+    print(f"contention {backend}: 3 processes x 40 puts, slowest put {max(slowest):.3f}s")
 
 
 @pytest.mark.soak
 async def test_many_processes_contend_for_one_thread(sql_url: str) -> None:
     slowest = await contention(sql_url, processes=8, puts=300)
-    print(f"contention {sql_url.split(':')[0]}: 8 processes x 300 puts, slowest put {max(slowest):.3f}s")
+    backend = sql_url.split(":", maxsplit=1)[0]
+    print(f"contention {backend}: 8 processes x 300 puts, slowest put {max(slowest):.3f}s")

@@ -45,5 +45,5 @@ async def test_a_second_run_under_a_used_run_id_is_refused_and_the_first_is_unto
         assert [event.to_dict() for event in await read_all(store, "t1")] == kept
         assert await read_all(store, "t2") == []
         assert await store.get_run("fixed") == kept_row
-        print(f"run id reuse, {store_url.split(':')[0]}: 2 second runs refused, "
+        print(f"run id reuse, {store_url.split(':', maxsplit=1)[0]}: 2 second runs refused, "
               f"{len(kept)} events of the first run untouched, 0 written twice")

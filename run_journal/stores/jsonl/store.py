@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from run_journal.bodies import Body
 from run_journal.envelope import NewEvent, RunEvent
 from run_journal.runs import RunRow
 from run_journal.stores.base import (
@@ -85,7 +86,9 @@ class JsonlRunEventStore(RunEventStore):
         return await asyncio.to_thread(work, *args)
 
     # -- writes ----------------------------------------------------------------------------------
-    async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+    async def _append(self, batch: Sequence[NewEvent], bodies: Sequence[Body] = ()) -> list[RunEvent]:
+        if bodies:
+            await self._put_bodies(bodies)  # not yet in the same step
         return await self._run(self._append_sync, batch)
 
     def _append_sync(self, batch: Sequence[NewEvent]) -> list[RunEvent]:

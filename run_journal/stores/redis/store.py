@@ -33,6 +33,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 
+from run_journal.bodies import Body
 from run_journal.envelope import NewEvent, RunEvent, utc_now
 from run_journal.runs import TERMINAL_STATUSES, RunRow
 from run_journal.stores.base import (
@@ -194,7 +195,7 @@ class RedisRunEventStore(RunEventStore):
         """The upgrade of a prefix written before the status index (layout 2): every run joins the
         sorted set of its status. Idempotent, like ``_place_every_thread``."""
         start = 0
-        while run_ids := [text(run_id) for run_id in cast(list[bytes | str], await self._client.zrange(
+        while run_ids := [text(run_id) for run_id in cast("list[bytes | str]", await self._client.zrange(
                 self._prefix + "runs", start, start + 499))]:  # members only: no scores
             await self._index_statuses_script(args=[self._prefix, *run_ids])
             start += len(run_ids)
@@ -227,7 +228,9 @@ class RedisRunEventStore(RunEventStore):
         return self._subscriber
 
     # -- writes ----------------------------------------------------------------------------------
-    async def _append(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+    async def _append(self, batch: Sequence[NewEvent], bodies: Sequence[Body] = ()) -> list[RunEvent]:
+        if bodies:
+            await self._put_bodies(bodies)  # not yet in the same step
         return [event for event, _ in await self._write(batch, "append")]
 
     async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
@@ -484,7 +487,7 @@ class RedisRunEventStore(RunEventStore):
         chunk = 1000 if query.limit is None else min(query.limit * (2 if filtered else 1), 1000)
         found: list[RunRow] = []
         while query.limit is None or len(found) < query.limit:
-            members = cast(list[bytes | str], await self._client.zrange(  # members only: no scores
+            members = cast("list[bytes | str]", await self._client.zrange(  # members only: no scores
                 index, start, start + chunk - 1, desc=query.newest_first))
             run_ids = [text(run_id) for run_id in members]
             if not run_ids:
@@ -510,7 +513,7 @@ class RedisRunEventStore(RunEventStore):
         statuses merged in list order, so only runs of those statuses are read."""
         scored: list[tuple[float, str]] = []
         for status in query.statuses or ():
-            members = cast(list[tuple[bytes | str, float]], await self._client.zrange(
+            members = cast("list[tuple[bytes | str, float]]", await self._client.zrange(
                 f"{self._prefix}st/{status}", 0, -1, withscores=True))
             scored += [(float(score), text(run_id)) for run_id, score in members]
         scored.sort(reverse=query.newest_first)

@@ -1,0 +1,108 @@
+"""Bodies: values stored once per thread under the sha256 of their bytes, referenced by events.
+
+A long conversation sends the model the same messages and tool schemas on every call. Storing each
+request whole would grow with calls times history; a ``Body`` lets a store keep each distinct value
+once per thread, and an event name it by its ``digest`` (listed in ``metadata["bodies"]``). The
+bytes are the value's canonical JSON (normalized as event payloads are, keys sorted), so the same
+value gives the same digest in any process, and a later run of the thread finds what an earlier one
+stored. Stores write bodies in the same step as the events that reference them
+(``RunEventStore.put_batch(events, bodies=...)``) and read them back with ``get_bodies``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Iterable
+from typing import Any, Final
+
+from run_journal.ids import validate_id
+from run_journal.normalization import JsonValue, encode_sorted, loads
+
+BODY_LIMIT: Final = 4 * 1024 * 1024
+"""The largest body, in bytes of its canonical JSON (4 MiB); a larger one is a ValueError before
+anything is written."""
+MAX_BODY_READ: Final = 1000
+"""The most digests one ``get_bodies`` call reads, and the largest ``list_bodies`` page."""
+BODIES_KEY: Final = "bodies"
+"""The metadata key under which an event lists the digests it references."""
+
+_DIGEST: Final = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Body:
+    """One stored value of a thread: ``data`` (canonical JSON bytes) under ``digest``, the sha256
+    of ``data`` as 64 lowercase hex digits. Build one with ``Body.of``; a store checks that the
+    digest matches the data before it writes anything."""
+
+    thread_id: str
+    digest: str
+    data: bytes
+
+    @classmethod
+    def of(cls, thread_id: str, value: Any) -> Body:
+        """The body of ``value`` in ``thread_id``: normalized like any event payload, encoded with
+        sorted keys, hashed. A ValueError when it is larger than ``BODY_LIMIT``."""
+        validate_id("thread_id", thread_id)
+        data = encode_sorted(value).encode("utf-8")
+        check_size(len(data))
+        return cls(thread_id, hashlib.sha256(data).hexdigest(), data)
+
+    def value(self) -> JsonValue:
+        """The value the body holds, decoded afresh."""
+        return loads(self.data.decode("utf-8"))  # type: ignore[no-any-return]  # JSON data
+
+
+def digest_of(data: bytes) -> str:
+    """The digest a body of ``data`` is stored under."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_size(size: int) -> None:
+    if size > BODY_LIMIT:
+        raise ValueError(f"a body is {size} bytes of JSON; the limit is {BODY_LIMIT} bytes (4 MiB)")
+
+
+def check_digest(name: str, digest: object) -> str:
+    """A digest as stores keep it: 64 lowercase hex digits."""
+    if type(digest) is not str or not _DIGEST.fullmatch(digest):
+        raise ValueError(f"{name} must be a sha256 digest (64 lowercase hex digits), got {digest!r}")
+    return digest
+
+
+def check_body(body: object) -> Body:
+    """A body a store may write: a ``Body`` of a valid thread id whose digest is its data's sha256
+    and whose data is within ``BODY_LIMIT``."""
+    if not isinstance(body, Body):
+        raise TypeError(f"bodies are Body objects (Body.of(thread_id, value)), got {type(body).__name__}")
+    validate_id("thread_id", body.thread_id)
+    if not isinstance(body.data, bytes):
+        raise TypeError(f"Body.data is bytes, got {type(body.data).__name__}")
+    check_size(len(body.data))
+    check_digest("Body.digest", body.digest)
+    if digest_of(body.data) != body.digest:
+        raise ValueError(f"body {body.digest} of thread {body.thread_id!r}: its data does not hash "
+                         "to its digest (build bodies with Body.of)")
+    return body
+
+
+def check_bodies(bodies: Iterable[Body]) -> tuple[Body, ...]:
+    """``bodies`` checked, one per (thread, digest), in input order."""
+    if isinstance(bodies, Body | bytes | str):
+        raise TypeError("bodies is a sequence of Body objects, not a single one")
+    seen: dict[tuple[str, str], Body] = {}
+    for body in bodies:
+        checked = check_body(body)
+        seen.setdefault((checked.thread_id, checked.digest), checked)
+    return tuple(seen.values())
+
+
+def referenced_digests(metadata: dict[str, Any]) -> list[str]:
+    """The digests an event's metadata names under ``"bodies"`` (what is not a digest is skipped:
+    ``check_integrity`` reports it)."""
+    listed = metadata.get(BODIES_KEY)
+    if not isinstance(listed, list):
+        return []
+    return [item for item in listed if isinstance(item, str)]
