@@ -10,6 +10,7 @@
   const THREADS = 50;        // threads per page
   const STEPS = 50;          // subagent steps per card page
   const TERMINAL = new Set(["run.end", "run.error", "run.interrupt", "run.cancel"]);
+  const MODEL_EVENTS = new Set(["llm.request", "llm.ai.response", "ai_message", "llm.error"]);
   const main = document.getElementById("main");
   const crumbs = document.getElementById("crumbs");
   let view = 0;              // bumps on every navigation: late answers of an old view are dropped
@@ -336,9 +337,9 @@
       if (e.event_type === "tool.call") {
         const outcome = outcomes.get(field(e.content, "tool_call_id"));
         if (outcome) paired.add(outcome.seq);
-        rows.push(eventRow(e, outcome));
+        rows.push(eventRow(e, outcome, state));
       } else if (!(e.event_type === "tool.outcome" && paired.has(e.seq))) {
-        rows.push(eventRow(e, null));
+        rows.push(eventRow(e, null, state));
       }
     }
     fill(nodes.timeline, ...rows);
@@ -354,7 +355,7 @@
     fill(nodes.pager, controls(true));
     fill(nodes.pagerBottom, events.length > 30 ? controls(false) : []);
   }
-  function eventRow(e, outcome) {
+  function eventRow(e, outcome, state) {
     const caller = field(e.metadata, "caller", "");
     const classes = ["ev", "cat-" + e.category];
     if (callerKind(caller) === "subagent" || callerKind(caller) === "agent") classes.push("sub");
@@ -379,12 +380,14 @@
       h("span", { class: "caller" }, callerTag(caller)),
       text,
       h("span", { class: "usage" }, usageCell(e)));
-    const toggle = () => {
+    const toggle = async () => {
       const next = row.nextElementSibling;
       if (next && next.classList.contains("detail")) { next.remove(); row.classList.remove("open"); return; }
       row.classList.add("open");
       const record = outcome ? { event: e, outcome } : e;
-      row.after(detailView(record));
+      const call = MODEL_EVENTS.has(e.event_type) && state ? await modelCallOf(state, e) : null;
+      if (!row.classList.contains("open") || (row.nextElementSibling && row.nextElementSibling.classList.contains("detail"))) return;
+      row.after(call ? callView(call, record) : detailView(record));
     };
     row.addEventListener("click", toggle);
     row.addEventListener("keydown", (ev) => { if (ev.key === "Enter") toggle(); });
@@ -434,6 +437,11 @@
       case "run.score":
         return field(c, "name") + " = " + scoreValue(field(c, "value")) + " (" + field(c, "source", "?") + ")" +
           (field(c, "comment") ? ": " + oneLine(c.comment, 160) : "");
+      case "llm.request": {
+        const n = field(c, "message_count", null);
+        return "sent " + (n === null ? "a request" : n + " message(s)") + (field(c, "tools_sha256", null) ? " and tools" : "") +
+          (m.model_name ? " to " + m.model_name : "") + " · click to see it";
+      }
       case "agent.handoff":
         return field(c, "from_agent", "?") + " → " + field(c, "to_agent", "?") + " hands over" +
           (field(c, "tool_call_id", null) ? " (tool call " + c.tool_call_id + ")" : "");
@@ -464,6 +472,72 @@
         return typeof c === "string" ? oneLine(c) : oneLine(JSON.stringify(c));
     }
   }
+
+  // -- a model call: what it was sent next to what it answered ---------------------------------------
+  async function modelCallOf(state, e) {
+    if (!state.calls) {
+      state.calls = api(state.base + "/calls").then((found) => found.data).catch(() => []);
+    }
+    const calls = await state.calls;
+    const index = field(e.metadata, "llm_call_index", null);
+    return calls.find((c) => c.reply_seq === e.seq || c.request_seq === e.seq) ||
+      (index === null ? null : calls.find((c) => c.index === index)) || null;
+  }
+  function messageBody(message) {
+    const text = messageText(message);
+    const calls = field(message, "tool_calls", []) || [];
+    return [text ? h("div", { class: "text" }, text) : null,
+      calls.map((t) => h("div", { class: "tool-call mono" }, "→ " + t.name + "(" + JSON.stringify(t.args || {}) + ")" +
+        (t.id ? "  " + t.id : "")))];
+  }
+  function callView(call, record) {
+    const req = call.request;
+    const left = h("div", { class: "call-request" }, h("h3", {}, "Request",
+      h("span", { class: "muted" }, " · " + (call.model || "model") + " · " + callerText(call.caller))));
+    if (!req) {
+      left.append(h("p", { class: "muted" }, "This run was journaled without requests (record_requests=False)."));
+    } else {
+      const messages = req.messages.slice();
+      const system = messages.length && messages[0].type === "system" ? messages.shift() : null;
+      if (system) {
+        const text = messageText(system);
+        left.append(h("details", { class: "system-prompt" }, h("summary", {}, "System prompt (" + text.length + " characters)"),
+          h("pre", {}, text)));
+      }
+      if (req.missing && req.missing.length) {
+        left.append(h("p", { class: "error-box" }, req.missing.length + " stored part(s) of this request are missing: " +
+          "only the messages after them are shown."));
+      }
+      left.append(h("ol", { class: "request-messages", start: system ? 2 : 1 }, messages.map((m) =>
+        h("li", { class: "rm rm-" + (m.type || "message") }, h("small", {}, m.type || "message",
+          m.name ? " " + m.name : "", m.tool_call_id ? " · " + m.tool_call_id : ""), messageBody(m)))));
+      const tools = req.tools || [];
+      left.append(h("details", { class: "request-tools" }, h("summary", {}, tools.length ? "Tools offered (" + tools.length + ")" : "No tools offered"),
+        h("ul", {}, tools.map((t) => {
+          const fn = t && t.function ? t.function : t || {};
+          return h("li", { "data-tool": fn.name }, h("b", { class: "mono" }, fn.name || "?"), " ", h("span", { class: "muted" }, fn.description || ""),
+            h("pre", { class: "schema" }, JSON.stringify(fn.parameters || {}, null, 2)));
+        }))));
+      const params = Object.entries(req.params || {});
+      if (params.length) {
+        left.append(h("table", { class: "request-params" }, h("tbody", {}, params.map(([k, v]) =>
+          h("tr", {}, h("th", {}, k), h("td", { class: "mono" }, typeof v === "string" ? v : JSON.stringify(v)))))));
+      }
+    }
+    const right = h("div", { class: "call-reply" }, h("h3", {}, "Reply"));
+    if (call.reply) right.append(h("div", { class: "rm rm-ai" }, messageBody(call.reply)));
+    else if (call.error) right.append(h("p", { class: "error-box" }, (call.error.error_type || "Error") + ": " + (call.error.message || "")));
+    else right.append(h("p", { class: "muted" }, "No reply: the call never ended."));
+    const u = call.usage || {};
+    right.append(h("p", { class: "muted call-figures" }, [
+      call.usage ? num(u.input_tokens || 0) + " in + " + num(u.output_tokens || 0) + " out tokens" : null,
+      call.cost_usd !== null && call.cost_usd !== undefined ? cost(call.cost_usd) : null,
+      call.latency_ms !== null && call.latency_ms !== undefined ? took(call.latency_ms) : null,
+    ].filter(Boolean).join(" · ")));
+    const raw = h("details", { class: "raw" }, h("summary", {}, "The stored record"), detailView(record));
+    return h("div", { class: "detail call", "data-call": call.index }, h("div", { class: "call-grid" }, left, right), raw);
+  }
+  const callerText = (caller) => caller || "lead_agent";
 
   // -- two runs compared ----------------------------------------------------------------------------
   async function compareView(threadId, a, b, token) {
