@@ -308,11 +308,11 @@ async def test_a_runs_scores_are_shown_on_it(page: Any, server: Served) -> None:
     await open_view(page, server, "#/t/support-42/r/tool-turn", "#scores li")
     scores = await texts(page, "#scores li")
     assert scores == ["refund_policy_called pass check refund_policy was called once",
-                      "feedback 👍 up human clear and complete"]
+                      "feedback ▲ up human clear and complete"]
     assert await page.locator('#scores li[data-name="feedback"] .pill.st-success').count() == 1
     timeline = await texts(page, '#timeline .ev[data-type="run.score"] .text')
     assert timeline == ["refund_policy_called = pass (check): refund_policy was called once",
-                        "feedback = 👍 up (human): clear and complete"]
+                        "feedback = ▲ up (human): clear and complete"]
     await open_view(page, server, "#/t/support-42/r/tool-turn-again", "#timeline .ev.terminal")
     assert await page.locator("#scores-panel").count() == 0  # no score, no panel
 

@@ -587,8 +587,8 @@
   function scoreValue(value) {
     if (value === true) return "pass";
     if (value === false) return "fail";
-    if (value === "up") return "👍 up";
-    if (value === "down") return "👎 down";
+    if (value === "up") return "▲ up";
+    if (value === "down") return "▼ down";
     return String(value);
   }
   function scoresPanel(state, found) {
