@@ -27,7 +27,7 @@ from langchain_core.tracers.context import register_configure_hook
 from run_journal.journal import RunJournal
 from run_journal.writer import EventWriter, shared_store
 from run_journal.writer.loops import at_exit, running_loop
-from run_journal.writer.sources import close_shared_stores
+from run_journal.writer.sources import StoreUnavailableError, close_shared_stores
 
 logger = logging.getLogger("run_journal")
 ENV_URL: Final = "RUN_JOURNAL_URL"
@@ -125,9 +125,21 @@ def flush(timeout: float = EXIT_TIMEOUT) -> None:
     for writer in list(_writers):
         try:
             writer.close(timeout)
-        except Exception:
-            logger.warning("run-journal: a run could not be written at exit", exc_info=True)
+        except Exception as error:
+            if not _already_warned(error):
+                logger.warning("run-journal: a run could not be written at exit", exc_info=True)
     close_shared_stores(timeout)
+
+
+def _already_warned(error: BaseException) -> bool:
+    """A run begun while its store was still opening fails at exit with the store's failure, which
+    the one warning about ``RUN_JOURNAL_URL`` already told ("runs are not journaled while ...")."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, StoreUnavailableError):
+            return True
+        cause = cause.__cause__
+    return False
 
 
 __all__ = ["ENV_PRICING", "ENV_URL", "ENV_USER_ID", "ActivatedJournal", "activate_from_env", "flush"]

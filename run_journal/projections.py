@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
@@ -55,11 +55,13 @@ class HistoryPage:
 
     ``next_before_seq`` is the ``before_seq`` of the next (older) page, ``None`` when ``has_more`` is
     false: a UI can page back until it is ``None`` and will have seen every visible row exactly once.
+    A page read forwards (``after_seq``) continues with ``after_seq=next_after_seq`` instead.
     """
 
     data: tuple[RunEvent, ...]
     has_more: bool
     next_before_seq: int | None
+    next_after_seq: int | None = None
 
 
 def caller_of(event: RunEvent) -> str:
@@ -94,7 +96,9 @@ async def thread_history(
     *,
     limit: int = 50,
     before_seq: int | None = None,
+    after_seq: int | None = None,
     hidden_run_ids: Iterable[str] = (),
+    include_internal: bool = False,
     user_id: str | None = None,
 ) -> HistoryPage:
     """The page a chat UI renders: the latest ``limit`` visible messages below ``before_seq``.
@@ -102,9 +106,21 @@ async def thread_history(
     Reads backwards through ``list_messages`` in chunks (growing when most rows are filtered out) until
     it has ``limit`` visible rows plus one more (which proves ``has_more``) or reaches the start, so a
     full page costs about ``limit / visible_fraction`` rows however long the thread is.
+
+    ``after_seq`` reads forwards instead: the first ``limit`` visible messages above it (below
+    ``before_seq`` when both are given), continued with ``next_after_seq``. ``include_internal=True``
+    keeps every message row of the runs not hidden (middleware calls, subagent replies, routing too).
     """
     check_limit(limit)
     hidden = frozenset(hidden_run_ids)
+
+    def keep(event: RunEvent) -> bool:
+        if include_internal:
+            return event.category == "message" and event.run_id not in hidden
+        return is_visible_message(event, hidden)
+
+    if after_seq is not None:
+        return await _history_forwards(store, thread_id, limit, after_seq, before_seq, keep, user_id)
     newest_first: list[RunEvent] = []
     has_more = False
     cursor = before_seq
@@ -112,7 +128,7 @@ async def thread_history(
     while not has_more and (cursor is None or cursor > 1):
         rows = await store.list_messages(thread_id, limit=chunk, before_seq=cursor, user_id=user_id)
         for event in reversed(rows):
-            if not is_visible_message(event, hidden):
+            if not keep(event):
                 continue
             if len(newest_first) == limit:
                 has_more = True
@@ -124,6 +140,33 @@ async def thread_history(
         chunk = min(chunk * 2, HISTORY_CHUNK_MAX)
     data = tuple(reversed(newest_first))
     return HistoryPage(data, has_more, data[0].seq if has_more else None)
+
+
+async def _history_forwards(
+    store: RunEventStore, thread_id: str, limit: int, after_seq: int, before_seq: int | None,
+    keep: Callable[[RunEvent], bool], user_id: str | None,
+) -> HistoryPage:
+    data: list[RunEvent] = []
+    has_more = False
+    cursor = after_seq
+    chunk = min(max(limit + 1, HISTORY_CHUNK_MIN), HISTORY_CHUNK_MAX)
+    while not has_more:
+        rows = await store.list_messages(thread_id, limit=chunk, after_seq=cursor, user_id=user_id)
+        for event in rows:
+            if before_seq is not None and event.seq >= before_seq:
+                rows = []  # past the upper bound: nothing more to read
+                break
+            if not keep(event):
+                continue
+            if len(data) == limit:
+                has_more = True
+                break
+            data.append(event)
+        if len(rows) < chunk:
+            break
+        cursor = rows[-1].seq
+        chunk = min(chunk * 2, HISTORY_CHUNK_MAX)
+    return HistoryPage(tuple(data), has_more, None, data[-1].seq if has_more else None)
 
 
 # -- folds over events ---------------------------------------------------------------------------

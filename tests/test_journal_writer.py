@@ -416,6 +416,63 @@ async def test_a_run_is_one_store_call_even_when_the_store_and_the_runs_are_slow
         assert status_of(await stored(store, journal)) == RunStatus.SUCCESS
 
 
+def chatty_graph(steps: int, pause: float) -> Any:
+    """A graph whose node calls the model ``steps`` times, ``pause`` seconds apart (each call is events)."""
+    model = GenericFakeChatModel(messages=iter([AIMessage(f"step {n}") for n in range(steps)]))
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        replies = []
+        for _ in range(steps):
+            await asyncio.sleep(pause)
+            replies.append(await model.ainvoke(state["messages"]))
+        return {"messages": replies}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_edge(START, "agent")
+    return graph.compile()
+
+
+async def test_a_run_longer_than_flush_interval_whose_events_keep_coming_is_one_store_call(
+    store: RunEventStore,
+) -> None:
+    """A busy machine stretches a short run past ``flush_interval``; while its events keep coming it is
+    not split, so the run is one call (its row riding with its last events)."""
+    counting = CountingStore(store, delay=0.0)
+    journal = RunJournal(counting, thread_id="stretched", flush_interval=0.15, max_flush_delay=5.0)  # type: ignore[arg-type]  # a proxy
+    began = asyncio.get_running_loop().time()
+    graph = chatty_graph(steps=8, pause=0.06)
+    await graph.ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+    assert asyncio.get_running_loop().time() - began > 3 * 0.15  # the run outlived flush_interval
+    await journal.aclose()
+    assert counting.calls == 1
+    assert status_of(await stored(store, journal)) == RunStatus.SUCCESS
+
+
+async def test_a_quiet_run_is_written_after_flush_interval_and_a_busy_one_after_max_flush_delay(
+    store: RunEventStore,
+) -> None:
+    quiet = RunJournal(store, thread_id="quiet", flush_interval=0.05, max_flush_delay=5.0)
+    quiet.on_chain_start({"name": "root"}, {"messages": [HumanMessage("hi")]}, run_id=uuid.uuid4())
+    await asyncio.sleep(0.5)  # a model thinking: nothing new comes
+    assert [e.event_type for e in await store.list_events("quiet")] == ["run.start", "llm.human.input"]
+    await quiet.aclose()
+
+    counting = CountingStore(store, delay=0.0)
+    busy = RunJournal(counting, thread_id="busy", flush_interval=0.2, max_flush_delay=0.3)  # type: ignore[arg-type]  # a proxy
+    graph = chatty_graph(steps=12, pause=0.05)
+    await graph.ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [busy]})
+    written_while_running = counting.calls
+    await busy.aclose()
+    assert written_while_running >= 1  # the oldest event never waited much longer than max_flush_delay
+    assert status_of(await stored(store, busy)) == RunStatus.SUCCESS
+
+
+def test_flush_delays_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="max_flush_delay"):
+        RunJournal(MemoryRunEventStore(), max_flush_delay=-1)
+
+
 def test_sync_journals_given_one_url_share_one_store_and_the_writer_thread(tmp_path: Any) -> None:
     from run_journal.writer import shared_store
 

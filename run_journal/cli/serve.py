@@ -4,6 +4,8 @@
 Listens on 127.0.0.1 by default. ``--token`` (or ``$RUN_JOURNAL_TOKEN``) makes every API request
 carry ``Authorization: Bearer <token>``; the viewer asks for it once per browser tab. Listening on
 another address without a token prints a warning: anyone who reaches the port reads every run.
+``--compat`` serves DeerFlow's gateway read API at ``/api/...`` instead, and our own API and the
+viewer under ``/journal/``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ def add_serve_command(sub: Any) -> None:
     serve.add_argument("--user-header", metavar="NAME",
                        help="scope every request to the user named in this header (only behind "
                             "your own authentication, which sets it)")
+    serve.add_argument("--compat", action="store_true",
+                       help="serve DeerFlow's gateway read API at /api/... (its paths and shapes); "
+                            "our own API and the viewer move under /journal/")
     serve.add_argument("--access-log", action="store_true", help="log every request")
 
 
@@ -61,20 +66,24 @@ async def cmd_serve(store: RunEventStore, args: argparse.Namespace, out: TextIO)
     try:
         import uvicorn
 
-        from run_journal.http import create_app
+        from run_journal.http import create_app, create_deerflow_app
     except ImportError as error:
         raise CliError("serve needs the serve extra: pip install 'run-journal[serve]'", 2) from error
     token = args.token if args.token is not None else os.environ.get(TOKEN_VARIABLE) or None
     if token is not None and not token.strip():
         raise CliError("--token must not be empty", 2)
-    app = create_app(store, token=token, user_header=args.user_header)
+    if args.compat:
+        app = create_deerflow_app(store, token=token, user_header=args.user_header)
+    else:
+        app = create_app(store, token=token, user_header=args.user_header)
     sock = _listen(args.host, args.port)
     host, port = sock.getsockname()[:2]
     shown_host = f"[{host}]" if ":" in host else host
     if not _is_loopback(args.host) and token is None:
         print(f"run-journal: warning: listening on {args.host} without --token: anyone who can reach "
               "this port can read every run", file=sys.stderr)
-    emit(out, f"run-journal: serving {shown_url(args.url)} at http://{shown_host}:{port}/ "
+    viewer = "journal/" if args.compat else ""
+    emit(out, f"run-journal: serving {shown_url(args.url)} at http://{shown_host}:{port}/{viewer} "
               f"({'token required' if token else 'no token'}); Ctrl-C stops")
     out.flush()
     config = uvicorn.Config(app, log_level="info" if args.access_log else "warning",

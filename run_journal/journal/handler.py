@@ -87,6 +87,7 @@ class RunJournal(BaseCallbackHandler):
         resumed_from: str | None = None,
         batch_size: int = 200,
         flush_interval: float = 1.0,
+        max_flush_delay: float = 5.0,
         row_interval: float = 2.0,
         max_pending: int = 10_000,
         retry: RetryPolicy | None = None,
@@ -111,7 +112,8 @@ class RunJournal(BaseCallbackHandler):
         )
         exports = RunExports(exporters) if exporters else None
         self._writer = EventWriter(
-            store, batch_size=batch_size, flush_interval=flush_interval, max_pending=max_pending,
+            store, batch_size=batch_size, flush_interval=flush_interval, max_flush_delay=max_flush_delay,
+            max_pending=max_pending,
             retry=retry, store_timeout=store_timeout, open_timeout=open_timeout,
             on_row_stored=exports.row_stored if exports else None,
             finishers=(exports.finish,) if exports else (),

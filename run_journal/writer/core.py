@@ -10,10 +10,11 @@ The whole model, in five rules:
    ``max_pending`` waits for room; a producer on an event loop never blocks: ``submit`` tells it to
    ``await room()`` if it can (``AsyncRunJournal`` does).
 3. **One drain task at a time** takes the head of the queue in batches (at most ``batch_size``
-   events; at once when a run ended, a batch is full or someone flushes; otherwise after
-   ``flush_interval``), writes it, and only then removes it from the queue. It ends when the queue is
-   empty. A run that ends within ``flush_interval`` is written in one store call: its events, its
-   terminal event and its final row together (``put_run_close``).
+   events; at once when a run ended, a batch is full or someone flushes; otherwise once the run has
+   been quiet for ``flush_interval``, or its oldest queued event has waited ``max_flush_delay``),
+   writes it, and only then removes it from the queue. It ends when the queue is empty. So a run whose
+   events keep coming (a short run, however slow a busy machine makes it) is written in one store call:
+   its events, its terminal event and its final row together (``put_run_close``).
 4. **Every store call has a deadline and a retry budget.** A failure is retried with the same
    ``event_id``s (stores ignore what they have). A call past ``store_timeout`` is abandoned: the
    waiting flushes fail at once and the next flush starts a fresh drain task; the abandoned task,
@@ -37,6 +38,7 @@ import functools
 import itertools
 import logging
 import threading
+import time
 import warnings
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -99,18 +101,20 @@ class EventWriter:
     """Moves a journal's events and run rows into a store (see the module docstring)."""
 
     def __init__(self, store: RunEventStore | str | SharedStore, *, batch_size: int = 200,
-                 flush_interval: float = 1.0, max_pending: int = 10_000, retry: RetryPolicy | None = None,
+                 flush_interval: float = 1.0, max_flush_delay: float = 5.0, max_pending: int = 10_000,
+                 retry: RetryPolicy | None = None,
                  store_timeout: float = 30.0, open_timeout: float = OPEN_TIMEOUT,
                  on_row_stored: RowStored | None = None,
                  finishers: Sequence[Callable[[], Awaitable[None]]] = ()) -> None:
         """``store``: a store, a store URL, or a process-wide :class:`SharedStore`. ``on_row_stored``
         and ``finishers`` (awaited when the writer closes, before its store is released) run on the
         writer's loop."""
-        if batch_size < 1 or max_pending < 1 or flush_interval < 0 or not store_timeout > 0 \
-                or not open_timeout > 0:
-            raise ValueError("batch_size and max_pending must be >= 1, flush_interval >= 0, "
-                             "store_timeout and open_timeout > 0")
+        if batch_size < 1 or max_pending < 1 or flush_interval < 0 or max_flush_delay < 0 \
+                or not store_timeout > 0 or not open_timeout > 0:
+            raise ValueError("batch_size and max_pending must be >= 1, flush_interval and max_flush_delay "
+                             ">= 0, store_timeout and open_timeout > 0")
         self.batch_size, self.flush_interval, self.max_pending = batch_size, flush_interval, max_pending
+        self.max_flush_delay = max(max_flush_delay, flush_interval)
         self.retry, self.store_timeout = retry or RetryPolicy(), store_timeout
         self._store_spec, self._open_timeout = store, open_timeout
         self._on_row_stored = on_row_stored
@@ -120,6 +124,8 @@ class EventWriter:
         self._submitted = self._done = 0
         self._row: RowSnapshot | None = None
         self._row_after = self._row_version = self._row_stored = 0
+        self._last_submit = self._oldest_queued = 0.0
+        """Monotonic moments of the latest submit and of the first event queued after an empty queue."""
         self._waiters: list[_Waiter] = []
         self._room_waiters: list[concurrent.futures.Future[None]] = []
         self._failure: BaseException | None = None
@@ -134,8 +140,6 @@ class EventWriter:
         self._loop = None if isinstance(store, SharedStore) else running_loop()
         """None: the process's writer thread (started on first use)."""
         self._source = self._source_for(self._loop)
-        if isinstance(self._source, SharedStore):
-            self._source.open_soon()  # runs will find it open (a short program's too)
 
     def _source_for(self, loop: asyncio.AbstractEventLoop | None) -> StoreSource:
         spec = self._store_spec
@@ -150,8 +154,8 @@ class EventWriter:
         """Write on the caller's running loop instead (``async with``): only before the first event."""
         loop = running_loop()
         with self._lock:
-            shared = isinstance(self._store_spec, SharedStore)
-            if loop is None or loop is self._loop or self._submitted or shared:
+            given_shared = isinstance(self._store_spec, SharedStore)
+            if loop is None or loop is self._loop or self._submitted or given_shared:
                 return
             self._loop, self._source = loop, self._source_for(loop)
 
@@ -177,7 +181,7 @@ class EventWriter:
                 loop.call_soon_threadsafe(self._signal, urgent)
 
     def _signal(self, urgent: bool) -> None:
-        """On the writer's loop: wake the drain now, or after ``flush_interval``."""
+        """On the writer's loop: wake the drain now, or when the timer says (:meth:`_on_timer`)."""
         if self._closed:
             return
         if urgent:
@@ -186,7 +190,18 @@ class EventWriter:
                 self._timer = None
             self._wake()
         elif self._timer is None and not self._woken:
-            self._timer = asyncio.get_running_loop().call_later(self.flush_interval, self._wake)
+            self._timer = asyncio.get_running_loop().call_later(self.flush_interval, self._on_timer)
+
+    def _on_timer(self) -> None:
+        """Wake the drain once no event came for ``flush_interval`` or the oldest queued one has waited
+        ``max_flush_delay``; until then the timer is set again (producers never touch it)."""
+        due = min(self._last_submit + self.flush_interval, self._oldest_queued + self.max_flush_delay)
+        left = due - time.monotonic()
+        if left > 0.001 and not self._closed:
+            self._timer = asyncio.get_running_loop().call_later(left, self._on_timer)
+        else:
+            self._timer = None
+            self._wake()
 
     def _wake(self) -> None:
         if self._closed:
@@ -200,7 +215,13 @@ class EventWriter:
         """Queue events (and the run row as it stands after them). A producer thread over
         ``max_pending`` waits here for room. True: the caller runs on an event loop and the queue is
         over ``max_pending``; it should ``await room()`` (it must not block the loop)."""
+        now = time.monotonic()
+        if not self._submitted and isinstance(self._source, SharedStore):
+            self._source.open_soon()  # while the run goes on, so its first write finds the store open
         with self._lock:
+            if not self._queue:
+                self._oldest_queued = now
+            self._last_submit = now
             self._queue.extend(items)
             self._submitted += len(items)
             if row is not None:

@@ -136,7 +136,7 @@ def test_a_bad_store_url_never_fails_a_script_that_never_imports_run_journal(
     assert cause in warning
     assert "s3cret-pw" not in done.stderr
     assert "Traceback" not in done.stderr
-    assert elapsed < OPEN_TIMEOUT + 10  # the connect deadline, once, plus starting Python and LangChain
+    assert elapsed < OPEN_TIMEOUT + 25  # the connect deadline once, plus starting Python and LangChain
     runs_took = float(done.stdout.split()[-1])
     assert runs_took < OPEN_TIMEOUT + 2  # only the first run waited, at most the connect deadline
 
