@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 import re
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from run_journal.ids import validate_id
 from run_journal.normalization import JsonValue, encode_sorted, loads
@@ -65,9 +65,14 @@ def check_size(size: int) -> None:
         raise ValueError(f"a body is {size} bytes of JSON; the limit is {BODY_LIMIT} bytes (4 MiB)")
 
 
+def is_digest(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a digest as stores keep it: 64 lowercase hex digits."""
+    return type(value) is str and _DIGEST.fullmatch(value) is not None
+
+
 def check_digest(name: str, digest: object) -> str:
     """A digest as stores keep it: 64 lowercase hex digits."""
-    if type(digest) is not str or not _DIGEST.fullmatch(digest):
+    if not is_digest(digest):
         raise ValueError(f"{name} must be a sha256 digest (64 lowercase hex digits), got {digest!r}")
     return digest
 
@@ -97,12 +102,3 @@ def check_bodies(bodies: Iterable[Body]) -> tuple[Body, ...]:
         checked = check_body(body)
         seen.setdefault((checked.thread_id, checked.digest), checked)
     return tuple(seen.values())
-
-
-def referenced_digests(metadata: dict[str, Any]) -> list[str]:
-    """The digests an event's metadata names under ``"bodies"`` (what is not a digest is skipped:
-    ``check_integrity`` reports it)."""
-    listed = metadata.get(BODIES_KEY)
-    if not isinstance(listed, list):
-        return []
-    return [item for item in listed if isinstance(item, str)]

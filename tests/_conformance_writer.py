@@ -2,7 +2,8 @@
 
 ``python _conformance_writer.py URL THREAD WORKER COUNT`` writes COUNT events (batches of 10..50,
 event ids ``p{WORKER}-{n}``) through its own ``open_store(URL)`` and prints one line per batch, so the
-parent can kill it mid-batch. COUNT 0 means: write until killed.
+parent can kill it mid-batch. COUNT 0 means: write until killed. Every batch also puts three of the
+eight bodies ``shared_body(THREAD, k)`` that every worker puts (the same digests from every process).
 """
 
 from __future__ import annotations
@@ -12,6 +13,13 @@ import random
 import sys
 
 from run_journal import NewEvent, open_store
+from run_journal.bodies import Body
+
+SHARED_BODIES = 8
+
+
+def shared_body(thread_id: str, k: int) -> Body:
+    return Body.of(thread_id, {"role": "system", "content": f"shared instructions #{k}"})
 
 
 async def main(url: str, thread_id: str, worker: int, count: int) -> None:
@@ -21,7 +29,7 @@ async def main(url: str, thread_id: str, worker: int, count: int) -> None:
         while count == 0 or written < count:
             size = rng.randint(10, 50) if count == 0 else min(rng.randint(10, 50), count - written)
             batch_id = f"p{worker}-b{written}"
-            await store.put_batch(
+            await store.put_batch((
                 NewEvent(
                     thread_id=thread_id, run_id=f"p{worker}", event_type="llm.ai.response",
                     category="message", content={"n": written + i},
@@ -29,7 +37,7 @@ async def main(url: str, thread_id: str, worker: int, count: int) -> None:
                     event_id=f"p{worker}-{written + i}",
                 )
                 for i in range(size)
-            )
+            ), bodies=[shared_body(thread_id, (written // 10 + k) % SHARED_BODIES) for k in range(3)])
             written += size
             print(written, flush=True)
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import queue
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -21,6 +22,7 @@ import pytest
 from conftest import backend_url
 
 from run_journal import RunEventStore, RunRow, UsageTotals, open_store
+from run_journal.bodies import Body
 from run_journal.cli import main
 from run_journal.contract import validate_record
 
@@ -438,6 +440,65 @@ def test_copy_jsonl_to_sqlite_to_postgres_preserves_seq_and_is_idempotent(
     assert again.stdout == f"copied 10 events (0 new) and 2 run rows of 1 thread(s) to {target}\n"
     assert asyncio.run(dump(target)) == expected
     assert cli(target, "verify").returncode == 0
+
+
+async def add_bodies(url: str) -> list[Body]:
+    """Two bodies of t1 referenced by a new event of run r9, and one body of t2 alone."""
+    said = [Body.of("t1", {"role": "system", "content": "be brief"}), Body.of("t1", {"name": "search"})]
+    alone = Body.of("t2", "kept with its thread")
+    async with open_store(url) as store:
+        asked = e("t1", "r9", "llm.human.input", "message", {"type": "human", "content": "hi"}, 30,
+                  bodies=[body.digest for body in said])
+        await store.put_batch([asked], bodies=said)
+        await store.put_bodies([alone])
+    return [*said, alone]
+
+
+async def all_bodies(url: str) -> list[Body]:
+    async with open_store(url) as store:
+        return [body for thread in ("t1", "t2") for body in await store.list_bodies(thread)]
+
+
+def test_bodies_travel_with_copy_export_and_import_and_verify_checks_them(
+    cli: Cli, sqlite_url: str, tmp_path: Path
+) -> None:
+    bodies = sorted(asyncio.run(add_bodies(sqlite_url)), key=lambda body: (body.thread_id, body.digest))
+    copied = f"jsonl:///{tmp_path}/copied"
+    result = cli(sqlite_url, "copy", copied)
+    assert result.stdout == f"copied 21 events (21 new), 3 bodies and 4 run rows of 2 thread(s) to {copied}\n"
+    assert asyncio.run(all_bodies(copied)) == bodies
+    exported = tmp_path / "export.jsonl"
+    result = cli(copied, "export", "--output", str(exported))
+    assert "exported 21 events and 3 bodies from 2 thread(s)" in result.stderr
+    lines = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert [line["body"] for line in lines if "body" in line] == [body.digest for body in bodies]
+    first_event = next(n for n, line in enumerate(lines) if "seq" in line)
+    assert "body" in lines[first_event - 1]  # a thread's bodies come before its events
+    imported = f"sqlite:///{tmp_path}/imported.db"
+    result = cli(imported, "import", str(exported))
+    assert result.stdout == f"imported 21 events (21 new) and 3 bodies from {exported}\n", result.stderr
+    assert asyncio.run(all_bodies(imported)) == bodies
+    assert asyncio.run(dump(imported))[0] == asyncio.run(dump(sqlite_url))[0]
+    assert cli(imported, "import", str(exported)).stdout.startswith("imported 21 events (0 new)")
+    for checked in (sqlite_url, copied, imported):
+        assert cli(checked, "verify").returncode == 0, checked
+
+    database = sqlite3.connect(tmp_path / "imported.db")  # damage one body, lose another
+    with database:
+        database.execute("UPDATE run_journal_bodies SET data = ? WHERE digest = ?",
+                         (b'"x"', bodies[0].digest))
+        database.execute("DELETE FROM run_journal_bodies WHERE digest = ?", (bodies[1].digest,))
+    database.close()
+    broken = cli(imported, "verify")
+    assert broken.returncode == 1
+    lines = broken.stdout.splitlines()
+    assert f"thread t1 body {bodies[0].digest}: its data does not hash to its digest (damaged)" in lines
+    assert f"thread t1 seq 11: references body {bodies[1].digest}, which the thread does not hold" in lines
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"body": bodies[0].digest, "thread_id": "t1", "data": '"forged"'}) + "\n")
+    assert_one_line_error(cli(imported, "import", str(bad)), 1, "does not hash to its digest")
+    assert_one_line_error(cli(imported, "import", str(tmp_path / "missing.jsonl")), 1, "no file")
 
 
 def test_copy_hides_the_destination_password(cli: Cli, sqlite_url: str, postgres_database_url: str) -> None:

@@ -17,6 +17,7 @@ import pytest
 from blockbuster import BlockingError, blockbuster_ctx
 
 from run_journal import NewEvent, RunRow, open_store
+from run_journal.bodies import Body
 from run_journal.stores.jsonl import JsonlRunEventStore
 from run_journal.stores.jsonl import log as jsonl_log
 from run_journal.stores.jsonl.layout import file_name
@@ -102,6 +103,23 @@ async def test_lines_are_the_record_json_form(store: JsonlRunEventStore) -> None
                               content={"x": [1, 2.5, None]}, user_id="u")
     events, _ = thread_files(store, "t")
     assert json.loads(events.read_bytes()) == written.to_dict()
+
+
+async def test_bodies_are_files_of_the_thread_and_a_killed_writer_leaves_none_half_written(
+    store: JsonlRunEventStore,
+) -> None:
+    body = Body.of("t", {"role": "system", "content": "stored once"})
+    await store.put_batch([NewEvent("t", "r", "tool.call", "trace")], bodies=[body])
+    folder = store.root / "threads" / file_name("t") / "bodies"
+    assert (folder / body.digest).read_bytes() == body.data
+    later = Body.of("t", "written by a killed process")
+    (folder / f".{later.digest}.0123abcd.tmp").write_bytes(later.data[:5])  # killed before the link
+    assert await store.list_bodies("t") == [body]
+    assert await store.get_bodies("t", [later.digest]) == {}
+    await store.put_bodies([later, body])
+    assert await store.get_bodies("t", [later.digest]) == {later.digest: later.data}
+    assert await store.delete_by_thread("t") == 1
+    assert not folder.exists()
 
 
 # -- damage ---------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from run_journal import RunEvent, RunRow, open_store
+from run_journal.bodies import Body
 from run_journal.envelope import NewEvent
 from run_journal.stores.base import IncompatibleStoreError
 from run_journal.stores.redis import DEFAULT_PREFIX, RedisRetention, RedisRunEventStore
@@ -162,14 +163,15 @@ async def test_deletes_leave_no_key_behind(store: RedisRunEventStore, raw: aiore
             event(run_id=run, user_id="u", metadata={"task_id": "k"}),
             event(run_id=run, event_type="tool.call", category="trace", user_id="v"),
             event(run_id=run, event_type="subagent.step", category="subagent", metadata={"task_id": run}),
-        ])
+        ], bodies=[Body.of("t", run)])
         await store.put_run(RunRow(run_id=run, thread_id="t"))
     assert await store.delete_by_run("t", "a") == 3
     assert await store.list_threads(user_id="u") == ["t"]
     assert await store.delete_by_run("t", "b") == 3
     assert await store.list_threads() == []
     assert await store.list_threads(user_id="u") == []
-    assert await keys_of(raw, store.prefix) == {"contract", "layout", "t/t/seq"}
+    kept = {"contract", "layout", "t/t/seq", "t/t/bodies", "t/t/bodyix"}  # a run's delete keeps bodies
+    assert await keys_of(raw, store.prefix) == kept
     assert await store.last_seq("t") == 6
     await store.put(thread_id="t", run_id="c", event_type="tool.call", category="trace", user_id="u")
     await store.put_run(RunRow(run_id="c", thread_id="t"))
@@ -181,9 +183,14 @@ async def test_deletes_leave_no_key_behind(store: RedisRunEventStore, raw: aiore
 async def test_retention_sets_and_refreshes_a_ttl_on_every_key(url: str, raw: aioredis.Redis) -> None:
     async with open_store(url + "&ttl_seconds=3600") as store:
         assert isinstance(store, RedisRunEventStore)
-        await store.put_batch([event(user_id="u", metadata={"task_id": "k"}), event(run_id="r2")])
+        await store.put_batch([event(user_id="u", metadata={"task_id": "k"}), event(run_id="r2")],
+                              bodies=[Body.of("t", "kept as long as the events")])
         await store.put_run(RunRow(run_id="r", thread_id="t"))
+        await store.put_bodies([Body.of("alone", "expires too")])
+        for key in ("t/alone/bodies", "t/alone/bodyix"):
+            assert 0 < await raw.ttl(store.prefix + key) <= 3600, key
         thread_keys = {key for key in await keys_of(raw, store.prefix) if key.startswith("t/t/")}
+        assert {"t/t/bodies", "t/t/bodyix"} <= thread_keys
         assert len(thread_keys) > 10
         for key in [*thread_keys, "run/r"]:
             assert 0 < await raw.ttl(store.prefix + key) <= 3600, key
@@ -282,7 +289,7 @@ async def test_a_prefix_written_before_the_activity_order_gains_it_at_setup(
                              "t/b/at", "t/b/u/alice/at", "u/alice/recent", "u/bob/recent"]
     await raw.delete(*(prefix + key for key in older))
     async with open_store(url) as store:
-        assert await raw.get(prefix + "layout") == "3"
+        assert await raw.get(prefix + "layout") == "4"
         await assert_history(store)
         assert [row.run_id for row in await store.list_runs(statuses=["pending"])] == ["r1", "r2"]
 

@@ -24,6 +24,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from run_journal import NewEvent, RunRow, RunStatus, open_store
+from run_journal.bodies import Body
 from run_journal.stores.base import CONTRACT_MAJOR, IncompatibleStoreError, StoreClosedError
 from run_journal.stores.postgres import PostgresRunEventStore
 from run_journal.stores.sql import SqlRunEventStore, engine_url
@@ -394,9 +395,9 @@ async def test_schema_parameter_isolates_stores(pg_database: str) -> None:
             tables = [tuple(row) for row in found]
         assert tables == [
             (schema, name) for schema in ("iso_a", "iso_b")
-            for name in ("run_journal_events", "run_journal_followers", "run_journal_meta",
-                         "run_journal_run_starts", "run_journal_runs", "run_journal_threads",
-                         "run_journal_user_threads")
+            for name in ("run_journal_bodies", "run_journal_events", "run_journal_followers",
+                         "run_journal_meta", "run_journal_run_starts", "run_journal_runs",
+                         "run_journal_threads", "run_journal_user_threads")
         ]
 
 
@@ -519,6 +520,46 @@ async def test_a_run_end_is_one_statement_in_one_round_trip_on_postgres(postgres
         assert [item.thread_id for item in await store.list_recent_threads(user_id="u")] == ["t"]
 
 
+async def test_a_run_end_with_bodies_is_one_statement_on_postgres(postgres_database_url: str) -> None:
+    """The bodies of a run's end travel in the same call of the write function: still one statement
+    and one round trip, and a retry of it (its events stored already) writes nothing twice."""
+    from _pg_wire import PgWireCounter
+
+    bodies = [Body.of("t", {"role": "system", "content": "be brief"}), *(Body.of("t", n) for n in range(3))]
+    async with PgWireCounter(postgres_database_url) as wire, \
+            open_store(f"{wire.url}?schema=w{uuid.uuid4().hex[:12]}") as store:
+        assert await store.put_run_close(*closing_run("warm-up"))  # the connection prepares the call
+        wire.reset()
+        events, terminal, row = closing_run("with-bodies")
+        assert await store.put_run_close(events, terminal, row, bodies=bodies)
+        assert (wire.statements, wire.round_trips) == (1, 1)
+        assert await store.put_run_close(events, terminal, row, bodies=bodies)  # a retry
+        assert await store.list_bodies("t") == sorted(bodies, key=lambda body: body.digest)
+        assert [e.seq for e in await store.list_events("t")] == list(range(1, 9))
+
+
+async def test_a_v5_store_gains_the_bodies_table(sql_url: str) -> None:
+    """Schema v6 adds ``run_journal_bodies`` (and on PostgreSQL ``run_journal_write_v2``) to a v5
+    store, whose events stay as they were."""
+    from sqlalchemy import text
+
+    async with open_store(sql_url) as store:
+        written = await store.put_batch([event(n=n) for n in range(3)])
+    schema = engine_url(sql_url)[1]
+    prefix = f'"{schema}".' if schema else ""
+    async with database(sql_url) as conn:  # make it look like a v5 store
+        await conn.execute(text(f"DROP TABLE {prefix}run_journal_bodies"))
+        if schema:
+            await conn.execute(text(f"DROP FUNCTION {prefix}run_journal_write_v2"))
+    await set_meta(sql_url, "schema_version", "5")
+    body = Body.of("t", {"content": "stored once"})
+    async with open_store(sql_url) as store:
+        assert (await recorded_meta(sql_url))["schema_version"] == str(SCHEMA_VERSION)
+        more = await store.put_batch([event(n=3)], bodies=[body])
+        assert [e.to_dict() for e in await store.list_events("t")] == [e.to_dict() for e in [*written, *more]]
+        assert await store.get_bodies("t", [body.digest]) == {body.digest: body.data}
+
+
 async def test_a_run_end_is_one_transaction_with_one_counter_bump_on_sqlite(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -541,6 +582,13 @@ async def test_a_run_end_is_one_transaction_with_one_counter_bump_on_sqlite(
         assert writes[-1] == "COMMIT"
         assert sum(s.startswith(("BEGIN", "COMMIT")) for s in statements) == 2
         assert sum(s.startswith("INSERT INTO run_journal_threads") for s in statements) == 1
+        statements.clear()  # with bodies: the same transaction, one more statement per body
+        events, terminal, row = closing_run("with-bodies")
+        bodies = [Body.of("t", n) for n in range(3)]
+        assert await store.put_run_close(events, terminal, row, bodies=bodies)
+        assert sum(s.startswith(("BEGIN", "COMMIT")) for s in statements) == 2
+        assert sum(s.startswith("INSERT INTO run_journal_threads") for s in statements) == 1
+        assert sum(s.startswith("INSERT INTO run_journal_bodies") for s in statements) == 3
 
 
 @contextlib.asynccontextmanager

@@ -19,6 +19,7 @@ from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from _conformance_writer import SHARED_BODIES, shared_body
 from conftest import backend_url
 
 from run_journal import RunEvent, RunEventStore, open_store
@@ -80,6 +81,8 @@ async def test_processes_write_one_thread_with_dense_seq(shared_url: str) -> Non
         assert {e.event_id for e in events} == {
             f"p{w}-{n}" for w in range(PROCESSES) for n in range(EVENTS_PER_PROCESS)
         }
+        shared = [shared_body("mp", k) for k in range(SHARED_BODIES)]  # each stored once
+        assert await store.list_bodies("mp") == sorted(shared, key=lambda body: body.digest)
         while len(seen) < len(events):  # catch up, a page at a time, on what the last polls left
             await poll_dense(store, "mp", seen)
         assert seen == list(range(1, len(events) + 1))

@@ -82,7 +82,8 @@ class _Version(argparse.Action):
 # -- entry point ---------------------------------------------------------------------------------
 def check_location(url: str) -> None:
     """No command creates an empty SQLite file or JSONL directory by accident (a mistyped path):
-    the store it works on must exist (``copy`` creates only its destination)."""
+    the store it works on must exist (``copy`` creates only its destination; ``import`` creates the
+    store it fills, from a file that must exist)."""
     scheme = urlsplit(url).scheme.lower().split("+", 1)[0]
     if scheme not in {"sqlite", "jsonl"} or url.split("://", 1)[1] in {"", "/"}:
         return
@@ -91,8 +92,17 @@ def check_location(url: str) -> None:
         raise CliError(f"no store at {path.absolute()} (from {url})")
 
 
+def check_file(name: str) -> None:
+    """``import`` reads a file that must exist (before the store it fills is created)."""
+    if not Path(name).is_file():
+        raise CliError(f"no file {Path(name).absolute()} to import")
+
+
 async def run(args: argparse.Namespace, out: TextIO) -> int:
-    check_location(args.url)
+    if args.command != "import":
+        check_location(args.url)
+    elif args.file != "-":
+        check_file(args.file)
     command: Command = args.handler
     async with open_store(args.url) as store:
         return await command(store, args, out)

@@ -1,13 +1,23 @@
-"""Store maintenance commands: verify, export, copy, reconcile."""
+"""Store maintenance commands: verify, export, import, copy, reconcile.
+
+Bodies (``run_journal.bodies``) travel with their thread: ``copy`` puts a thread's bodies into the
+destination before its events, ``export`` writes them as lines of their own before the thread's
+events (``{"body": digest, "thread_id": ..., "data": canonical JSON text}``), and ``import`` reads
+both kinds of line back.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from typing import Any, TextIO
+from collections.abc import AsyncIterator
+from typing import Any, Final, TextIO
 
+from run_journal.bodies import Body, check_body
 from run_journal.cli.common import (
     PAGE,
+    CliError,
     add_command,
     all_threads,
     emit,
@@ -28,7 +38,7 @@ from run_journal.stores.urls import open_store
 
 
 def add_maintenance_commands(sub: Any) -> None:
-    """Register ``verify``, ``export``, ``copy`` and ``reconcile``."""
+    """Register ``verify``, ``export``, ``import``, ``copy`` and ``reconcile``."""
     add_command(sub, "verify", cmd_verify, "check seq density and every row against the contract") \
         .add_argument("threads", nargs="*", metavar="THREAD")
     export = add_command(sub, "export", cmd_export, "write events as JSONL (to_dict records), or send runs "
@@ -36,7 +46,11 @@ def add_maintenance_commands(sub: Any) -> None:
     export.add_argument("threads", nargs="*", metavar="THREAD")
     export.add_argument("--output", "-o", help="file to write (default: stdout)")
     add_otlp_arguments(export)
-    copy = add_command(sub, "copy", cmd_copy, "copy events (seq preserved) and run rows to another store")
+    add_command(sub, "import", cmd_import, "write an export's bodies and events into the store (seq kept "
+                                           "where the thread is free)") \
+        .add_argument("file", metavar="FILE", help="a file written by export (- for stdin)")
+    copy = add_command(sub, "copy", cmd_copy, "copy bodies, events (seq preserved) and run rows to another "
+                                              "store")
     copy.add_argument("destination", metavar="DST")
     copy.add_argument("--thread", dest="threads", action="append", default=[], metavar="THREAD")
     add_command(sub, "reconcile", cmd_reconcile, "close runs whose worker died") \
@@ -118,9 +132,12 @@ async def cmd_export(store: RunEventStore, args: argparse.Namespace, out: TextIO
     threads = args.threads or await all_threads(store)
     # A command line owns its process: blocking file writes here do not stall anyone's agent.
     target = open(args.output, "w", encoding="utf-8") if args.output else out  # noqa: SIM115, ASYNC230
-    count = 0
+    count = bodies = 0
     try:
-        for thread_id in threads:
+        for thread_id in threads:  # a run's export carries its thread's bodies: they are shared
+            async for body in thread_bodies(store, thread_id):
+                emit_json(target, body_record(body))
+                bodies += 1
             async for event in iter_events(store, thread_id, run_id):
                 emit_json(target, event.to_dict())
                 count += 1
@@ -128,8 +145,107 @@ async def cmd_export(store: RunEventStore, args: argparse.Namespace, out: TextIO
         if target is not out:
             target.close()
     if args.output:
-        print(f"exported {count} events from {len(threads)} thread(s) to {args.output}", file=sys.stderr)
+        with_bodies = f" and {bodies} bodies" if bodies else ""
+        print(f"exported {count} events{with_bodies} from {len(threads)} thread(s) to {args.output}",
+              file=sys.stderr)
     return 0
+
+
+BODY_PAGE: Final = 100
+"""Bodies read or written at a time (each may be up to ``BODY_LIMIT`` bytes)."""
+
+
+async def thread_bodies(store: RunEventStore, thread_id: str) -> AsyncIterator[Body]:
+    after: str | None = None
+    while page := await store.list_bodies(thread_id, after=after, limit=BODY_PAGE):
+        for body in page:
+            yield body
+        after = page[-1].digest
+
+
+def body_record(body: Body) -> dict[str, str]:
+    """An export line for a body: its data is UTF-8 JSON text, written as a string so that the
+    bytes, and so the digest, come back exactly."""
+    return {"body": body.digest, "thread_id": body.thread_id, "data": body.data.decode("utf-8")}
+
+
+async def cmd_import(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
+    """Write an export's bodies and events into the store (seq kept where the thread is free, as
+    ``copy`` does); each thread's bodies before its events."""
+    # A command line owns its process: a blocking read here stalls nobody's agent.
+    source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115, ASYNC230
+    bodies: list[Body] = []
+    events: list[RunEvent] = []
+    counts = {"events": 0, "new": 0, "bodies": 0, "moved": 0}
+
+    async def flush() -> None:
+        if bodies:
+            await store.put_bodies(bodies)
+            counts["bodies"] += len(bodies)
+            bodies.clear()
+        if events:
+            threads = {event.thread_id for event in events}
+            before = {thread_id: await store.last_seq(thread_id) for thread_id in threads}
+            counts["moved"] += await _copy_batch(store, events)
+            for thread_id, seq in before.items():
+                counts["new"] += await store.last_seq(thread_id) - seq
+            counts["events"] += len(events)
+            events.clear()
+
+    try:
+        for number, line in enumerate(source, 1):
+            if not line.strip():
+                continue
+            record = _export_line(args.file, number, line)
+            if "body" in record:
+                if events:
+                    await flush()
+                bodies.append(_body_of(args.file, number, record))
+            else:
+                if len(events) >= PAGE or bodies:
+                    await flush()
+                events.append(_event_of(args.file, number, record))
+            if len(bodies) >= BODY_PAGE:
+                await flush()
+        await flush()
+    finally:
+        if source is not sys.stdin:
+            source.close()
+    emit(out, f"imported {counts['events']} events ({counts['new']} new) and {counts['bodies']} bodies "
+              f"from {args.file}")
+    if counts["moved"]:
+        emit(out, f"warning: {counts['moved']} events got a different seq in this store "
+                  "(it already held other events of those threads, or the export has holes)")
+    return 0
+
+
+def _export_line(name: str, number: int, line: str) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except ValueError as error:
+        raise CliError(f"{name}:{number}: not a JSON line ({error})") from None
+    if not isinstance(record, dict):
+        raise CliError(f"{name}:{number}: not an exported event or body (a JSON object)")
+    return record
+
+
+def _body_of(name: str, number: int, record: dict[str, Any]) -> Body:
+    data = record.get("data")
+    if not isinstance(data, str) or not isinstance(record.get("thread_id"), str):
+        raise CliError(f"{name}:{number}: a body line needs its thread_id and data (text)")
+    body = Body(record["thread_id"], record["body"], data.encode("utf-8"))
+    try:
+        check_body(body)
+    except (TypeError, ValueError) as error:
+        raise CliError(f"{name}:{number}: {error}") from None
+    return body
+
+
+def _event_of(name: str, number: int, record: dict[str, Any]) -> RunEvent:
+    try:
+        return RunEvent.from_dict(record)
+    except (KeyError, TypeError, ValueError) as error:
+        raise CliError(f"{name}:{number}: not an exported event ({type(error).__name__}: {error})") from None
 
 
 async def cmd_copy(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
@@ -137,8 +253,16 @@ async def cmd_copy(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
         await require_thread(store, thread_id)
     threads = args.threads or await all_threads(store)
     async with open_store(args.destination) as destination:
-        written = total = moved = 0
+        written = total = moved = bodies = 0
         for thread_id in threads:
+            page: list[Body] = []
+            async for body in thread_bodies(store, thread_id):  # before the events that use them
+                page.append(body)
+                if len(page) >= BODY_PAGE:
+                    await destination.put_bodies(page)
+                    bodies, page = bodies + len(page), []
+            await destination.put_bodies(page)
+            bodies += len(page)
             before = await destination.last_seq(thread_id)
             batch: list[RunEvent] = []
             async for event in iter_events(store, thread_id):
@@ -152,8 +276,9 @@ async def cmd_copy(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
         runs = [row for thread_id in threads for row in await store.list_runs(thread_id)]
         for row in runs:
             await destination.put_run(row)
-    emit(out, f"copied {total} events ({written} new) and {len(runs)} run rows of {len(threads)} thread(s) "
-              f"to {shown_url(args.destination)}")
+    with_bodies = f", {bodies} bodies" if bodies else ""
+    emit(out, f"copied {total} events ({written} new){with_bodies} and {len(runs)} run rows of "
+              f"{len(threads)} thread(s) to {shown_url(args.destination)}")
     if moved:
         emit(out, f"warning: {moved} events got a different seq in the destination "
                   "(it already held other events of those threads, or the source has holes)")

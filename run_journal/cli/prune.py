@@ -1,7 +1,7 @@
 """``run-journal URL prune --older-than 30d [--archive URL] [--dry-run]``: retention.
 
 Removes whole threads whose last event is older than the limit (``RunEventStore.prune``): their
-events and run rows, one run at a time, so writers of other threads are never held up for long.
+events, run rows and bodies, one run at a time, so writers of other threads are never held up for long.
 ``--archive`` copies each thread to another store first (same event ids and seqs) and removes only
 what was copied. Threads with a running run are kept (``run-journal URL reconcile`` closes runs
 whose worker died).
@@ -58,8 +58,9 @@ def _line(item: PrunedThread) -> str:
     last = item.last_event_at.isoformat(timespec="seconds")
     what = f"{item.events} events, {item.runs} run rows, seq up to {item.last_seq}, last event {last}"
     if item.outcome == "pruned":
+        bodies = f" and {item.archived_bodies} bodies" if item.archived_bodies else ""
         return f"pruned thread {item.thread_id}: {what}" + (
-            f" (archived {item.archived} events)" if item.archived else "")
+            f" (archived {item.archived} events{bodies})" if item.archived else "")
     if item.outcome == "would_prune":
         return f"would prune thread {item.thread_id}: {what}"
     return f"kept thread {item.thread_id} ({item.outcome}): {item.reason}"
@@ -68,6 +69,6 @@ def _line(item: PrunedThread) -> str:
 def _as_json(item: PrunedThread) -> dict[str, Any]:
     return {
         "thread_id": item.thread_id, "outcome": item.outcome, "events": item.events, "runs": item.runs,
-        "archived": item.archived, "last_seq": item.last_seq,
+        "archived": item.archived, "archived_bodies": item.archived_bodies, "last_seq": item.last_seq,
         "last_event_at": item.last_event_at.isoformat(), "reason": item.reason or None,
     }

@@ -27,7 +27,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
-from run_journal.bodies import BODY_LIMIT, MAX_BODY_READ, Body, check_bodies, check_digest
+from run_journal.bodies import (
+    BODIES_KEY,
+    BODY_LIMIT,
+    MAX_BODY_READ,
+    Body,
+    check_bodies,
+    check_digest,
+    digest_of,
+    is_digest,
+)
 from run_journal.catalog import LEGACY_ALIASES, TERMINAL_RUN_EVENTS, canonical_event_type
 from run_journal.envelope import JsonObject, JsonValue, NewEvent, RunEvent, validate_id, validate_task_id
 from run_journal.runs import RunRow
@@ -344,10 +353,11 @@ class RunEventStore(abc.ABC):
         Everything is validated before anything is written. An event whose ``event_id`` is already
         stored (or repeated earlier in the batch) is not written again: its stored record is returned.
 
-        ``bodies`` (``run_journal.bodies.Body``) are written in the same step as the events: a
-        write that stores none of its events (refused, or failed) stores none of its bodies, and no
-        event is ever visible before the bodies written with it. A body its thread already holds is
-        left as it is (see ``put_bodies``).
+        ``bodies`` (``run_journal.bodies.Body``) are written in the same step as the events, and no
+        event is ever visible before the bodies written with it: a refused write (an invalid body, a
+        ``RunIdTakenError``) stores none of them; a write that fails half-way stores none on the
+        backends with transactions or scripts, and on JSONL may leave bodies without their events
+        (a retry puts them again at no cost). A body its thread already holds is left as it is.
         """
         batch = [as_new_event(item) for item in events]
         checked = check_bodies(bodies)
@@ -665,11 +675,27 @@ class RunEventStore(abc.ABC):
     async def check_integrity(self, thread_ids: Sequence[str] | None = None) -> list[StorageProblem]:
         """Damage the store can see in its own storage (a file whose contents disagree with its
         index, an unreadable record), each with the file and offset; empty when there is none.
-        ``thread_ids``: only those threads (and their run rows). ``run-journal URL verify`` reports
-        them. Nothing is changed by it."""
+        On every backend also: a body whose data does not hash to its digest, and an event whose
+        ``metadata["bodies"]`` names a digest its thread does not hold (or is not a list of
+        digests). ``thread_ids``: only those threads (and their run rows). ``run-journal URL
+        verify`` reports them. Nothing is changed by it."""
         threads = None if thread_ids is None else tuple(validate_id("thread_id", t) for t in thread_ids)
         await self._ready()
-        return await self._check_integrity(threads)
+        problems = await self._check_integrity(threads)
+        async for thread_id in self._threads_of(threads):
+            problems += await check_bodies_of(self, thread_id)
+        return problems
+
+    async def _threads_of(self, thread_ids: tuple[str, ...] | None) -> AsyncIterator[str]:
+        if thread_ids is not None:
+            for thread_id in thread_ids:
+                yield thread_id
+            return
+        query = ThreadQuery(limit=MAX_PAGE)
+        while names := await self._select_threads(query):
+            for thread_id in names:
+                yield thread_id
+            query = dataclasses.replace(query, after=names[-1])
 
     async def list_runs(
         self,
@@ -772,18 +798,24 @@ class RunEventStore(abc.ABC):
         await self._put_run(row)
         return True
 
+    @abc.abstractmethod
     async def _put_bodies(self, bodies: Sequence[Body]) -> None:
         """Store each body unless its thread already holds its digest (one per (thread, digest),
         checked). Concurrent writers of the same digest both succeed."""
-        raise NotImplementedError(f"{type(self).__name__} does not store bodies yet")
 
+    @abc.abstractmethod
     async def _get_bodies(self, thread_id: str, digests: tuple[str, ...]) -> dict[str, bytes]:
         """The stored data of those of ``digests`` (distinct, at most ``MAX_BODY_READ``) the thread holds."""
-        raise NotImplementedError(f"{type(self).__name__} does not store bodies yet")
 
+    @abc.abstractmethod
     async def _list_bodies(self, thread_id: str, after: str | None, limit: int) -> list[Body]:
         """The thread's bodies ascending by digest, above ``after``, at most ``limit``."""
-        raise NotImplementedError(f"{type(self).__name__} does not store bodies yet")
+
+    @abc.abstractmethod
+    async def _drop_bodies(self, thread_id: str, through_seq: int) -> bool:
+        """``prune``'s last step for a thread it emptied run by run: delete the thread's bodies if
+        its last seq is still ``through_seq``, checked in the same step against writers of the
+        thread (False, nothing deleted, when it was written to)."""
 
     @abc.abstractmethod
     async def _select_events(self, query: EventQuery) -> list[RunEvent]:
@@ -873,8 +905,9 @@ class RunEventStore(abc.ABC):
         timezone-aware moment): their events and run rows, one run at a time.
 
         ``thread_id`` limits it to that thread. ``archive`` (a store or a URL) gets a copy of each
-        thread first, same event ids and seqs, and only what was copied is removed; a thread whose
-        copy would get other seqs is kept. A thread with a running run (row ``running``, or
+        thread first, its bodies (read back from the archive), then its events with the same event
+        ids and seqs, and only what was copied is removed; a thread whose copy would get other seqs
+        is kept. A thread removed loses its bodies too. A thread with a running run (row ``running``, or
         ``pending`` and touched after the limit, or a run whose last lifecycle event is
         ``run.start``) is kept, and so is a thread written to while it is being pruned. The thread's
         seq counter is kept, as ``delete_by_thread`` keeps it: a thread id used again later
@@ -901,11 +934,40 @@ class RunEventStore(abc.ABC):
         self, thread_id: str, through_seq: int, run_ids: Collection[str]
     ) -> int | None:
         """``prune``'s delete of a whole thread in one step, for a backend where that is cheap and
-        deleting run by run is not: the thread's events and run rows, provided that, checked in the
+        deleting run by run is not: the thread's events, run rows and bodies, provided that, checked in the
         same step, its last seq is still ``through_seq`` and its run rows are among ``run_ids``;
         the number of events deleted. None (nothing deleted): not done, ``prune`` goes run by run
         (and finds the thread written to, if it was). This default always returns None."""
         return None
+
+
+async def check_bodies_of(store: RunEventStore, thread_id: str) -> list[StorageProblem]:
+    """``check_integrity``'s look at one thread's bodies and the digests its events reference."""
+    problems: list[StorageProblem] = []
+    held: set[str] = set()
+    after: str | None = None
+    while page := await store._list_bodies(thread_id, after, 100):
+        for body in page:
+            held.add(body.digest)
+            if digest_of(body.data) != body.digest:
+                problems.append(StorageProblem(f"thread {thread_id} body {body.digest}",
+                                               "its data does not hash to its digest (damaged)"))
+        after = page[-1].digest
+    query = EventQuery(thread_id, MAX_PAGE, after_seq=0)
+    while events := await store._select_events(query):
+        for event in events:
+            listed = event.metadata.get(BODIES_KEY)
+            if listed is None:
+                continue
+            where = f"thread {thread_id} seq {event.seq}"
+            if not isinstance(listed, list) or not all(isinstance(item, str) and is_digest(item)
+                                                       for item in listed):
+                problems.append(StorageProblem(where, f'metadata["{BODIES_KEY}"] is not a list of digests'))
+                continue
+            problems += [StorageProblem(where, f"references body {digest}, which the thread does not hold")
+                         for digest in listed if digest not in held]
+        query = dataclasses.replace(query, after_seq=events[-1].seq)
+    return problems
 
 
 @contextlib.asynccontextmanager

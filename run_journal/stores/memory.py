@@ -8,7 +8,8 @@ Each thread keeps its events in a list ordered by seq, plus the same for its mes
 its runs, so a page is a ``bisect`` and a short walk, never a scan of the store. One ``threading.Lock``
 guards every mutation; no critical section awaits, so the lock is safe on one event loop and also when
 sync callbacks write from worker threads. ``follow`` sleeps on a per-thread set of futures that writers
-wake (thread-safely), so a tail costs nothing while the thread is idle.
+wake (thread-safely), so a tail costs nothing while the thread is idle. A thread's bodies are a dict
+by digest plus the digests sorted (``ThreadBodies``), written under the same lock as the events.
 """
 
 from __future__ import annotations
@@ -353,6 +354,14 @@ class MemoryRunEventStore(RunEventStore):
             if held is None:
                 return {}
             return {digest: data for digest in digests if (data := held.data.get(digest)) is not None}
+
+    async def _drop_bodies(self, thread_id: str, through_seq: int) -> bool:
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            if (thread.last_seq if thread is not None else 0) != through_seq:
+                return False
+            self._bodies.pop(thread_id, None)
+            return True
 
     async def _list_bodies(self, thread_id: str, after: str | None, limit: int) -> list[Body]:
         with self._lock:

@@ -132,7 +132,7 @@ class PostgresRunEventStore(SqlRunEventStore):
     lateral_joins = True
     follow_fallback_interval: float = 5.0
     one_call_writes: bool = True
-    """Write one thread's batch or a run's end in one call of ``run_journal_write_v1``; False runs
+    """Write one thread's batch or a run's end in one call of ``run_journal_write_v2``; False runs
     the statements of ``SqlWork`` instead (what a batch over several threads always does)."""
 
     def __init__(
@@ -266,19 +266,23 @@ class PostgresRunEventStore(SqlRunEventStore):
         return result
 
     # -- one call per thread ------------------------------------------------------------------------
-    def _one_call(self, events: Sequence[NewEvent]) -> bool:
-        """Whether ``run_journal_write_v1`` can write ``events``: one thread, no event id twice."""
+    def _one_call(self, events: Sequence[NewEvent], bodies: Sequence[Body]) -> bool:
+        """Whether ``run_journal_write_v2`` can write ``events``: one thread (its bodies too), no
+        event id twice."""
         thread_id = events[0].thread_id
         return self.one_call_writes and all(event.thread_id == thread_id for event in events) \
-            and len({event.event_id for event in events}) == len(events)
+            and len({event.event_id for event in events}) == len(events) \
+            and all(body.thread_id == thread_id for body in bodies)
 
     async def _call_write(
-        self, events: Sequence[NewEvent], exclusive: Sequence[str] | None, row: Sequence[Any] | None
+        self, events: Sequence[NewEvent], exclusive: Sequence[str] | None, row: Sequence[Any] | None,
+        bodies: Sequence[Body] = (),
     ) -> tuple[int, bool, str | None, str | None] | None:
         """One call of the write function: (last seq, closed, row JSON, row's thread), or None when
         the general path must write instead (nothing is written then: an event id is stored already,
         a unique violation; or a run id is claimed, SQLSTATE ``RJ001``)."""
-        arguments = postgres_write.arguments(events[0].thread_id, events, exclusive, row, self._channel)
+        arguments = postgres_write.arguments(events[0].thread_id, events, exclusive, row, self._channel,
+                                             bodies)
         async with self._connection(self._engine) as conn:
             driver: Any = (await conn.get_raw_connection()).driver_connection
             try:  # straight on the driver: one round trip, no transaction around it
@@ -293,11 +297,9 @@ class PostgresRunEventStore(SqlRunEventStore):
         return int(found[0]), bool(found[1]), found[2], found[3]
 
     async def _append(self, batch: Sequence[NewEvent], bodies: Sequence[Body] = ()) -> list[RunEvent]:
-        if bodies:
-            await self._put_bodies(bodies)  # not yet in the same step
-        written = await self._call_write(batch, None, None) if self._one_call(batch) else None
+        written = await self._call_write(batch, None, None, bodies) if self._one_call(batch, bodies) else None
         if written is None:
-            return await super()._append(batch)
+            return await super()._append(batch, bodies)
         start = written[0] - len(batch) + 1
         return [RunEvent.stored(event, start + n) for n, event in enumerate(batch)]
 
@@ -305,14 +307,13 @@ class PostgresRunEventStore(SqlRunEventStore):
         self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow,
         bodies: Sequence[Body] = (),
     ) -> bool:
-        if bodies:
-            await self._put_bodies(bodies)  # not yet in the same step
         events = [*batch, terminal]
         values = run_values(row)
         columns = [values[name] for name in RUN_COLUMNS]
-        written = await self._call_write(events, types, columns) if self._one_call(events) else None
+        one_call = self._one_call(events, bodies)
+        written = await self._call_write(events, types, columns, bodies) if one_call else None
         if written is None:  # the statements of SqlWork look ids up, refuse or take claims over
-            return await super()._put_run_close(batch, terminal, types, row)
+            return await super()._put_run_close(batch, terminal, types, row, bodies)
         _, closed, _, owner = written
         if not closed:
             return False

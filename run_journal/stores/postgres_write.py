@@ -1,4 +1,4 @@
-"""PostgreSQL's write of one thread in one call: ``run_journal_write_v1``, a PL/pgSQL function.
+"""PostgreSQL's write of one thread in one call: ``run_journal_write_v2``, a PL/pgSQL function.
 
 A write of one thread (a ``put_batch`` of one thread, or a run's end: its last events, its terminal
 event and its row) is one statement sent in one round trip, outside an explicit transaction, so the
@@ -7,6 +7,7 @@ thread's counter row is locked. The function does what ``sql.SqlWork`` does for 
 in the same order:
 
 1. bump the thread's counter (``run_journal_threads``): that takes the thread's lock, until commit;
+   then insert the bodies the thread does not hold yet (``run_journal_bodies``, by digest);
 2. take the run ids of new ``run.start`` events (``run_journal_run_starts``);
 3. insert the events; with ``p_exclusive``, the last one only if its run holds none of those types
    (its seq is given back otherwise): a run's one terminal event;
@@ -17,6 +18,9 @@ in the same order:
 Anything uncommon leaves the whole call undone and the caller takes the general path
 (``SqlWork`` in a transaction): an event id stored already (a unique violation: a retry), a run id
 held by another ``run.start`` (``RJ001``: the general path refuses it or takes a stale claim over).
+
+Version 2 (schema version 6) adds the bodies (1.); version 1, the same write without them, stays in
+the database for processes of the previous release.
 """
 
 from __future__ import annotations
@@ -24,33 +28,48 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+from run_journal.bodies import Body
 from run_journal.envelope import NewEvent
 from run_journal.runs import TERMINAL_STATUSES
 from run_journal.stores.queries import stamp
 
-FUNCTION: Final = "run_journal_write_v1"
+VERSION: Final = 2
+"""The version of the function this library calls."""
 FALLBACK_STATE: Final = "RJ001"
 """The SQLSTATE the function raises to send the caller to the general path."""
 FINISHED: Final = tuple(sorted(TERMINAL_STATUSES))
 
 
-def function_name(schema: str | None) -> str:
-    return f'"{schema}".{FUNCTION}' if schema else FUNCTION
+def function_name(schema: str | None, version: int = VERSION) -> str:
+    name = f"run_journal_write_v{version}"
+    return f'"{schema}".{name}' if schema else name
 
 
-def create_function(schema: str | None) -> str:
-    """``CREATE OR REPLACE FUNCTION`` of the write, naming the tables of ``schema``."""
+def create_function(schema: str | None, version: int) -> str:
+    """``CREATE OR REPLACE FUNCTION`` of the write's ``version`` (1 or 2: a migration creates the one
+    of its schema version, always the same text), naming the tables of ``schema``."""
     def table(name: str) -> str:
         return f'"{schema}".{name}' if schema else name
 
     events, threads = table("run_journal_events"), table("run_journal_threads")
     runs, starts = table("run_journal_runs"), table("run_journal_run_starts")
     users, followers = table("run_journal_user_threads"), table("run_journal_followers")
+    body_parameters, write_bodies = "", ""
+    if version >= 2:
+        body_parameters = ", p_body_digest text[], p_body_data bytea[]"
+        write_bodies = f"""
+    IF cardinality(p_body_digest) > 0 THEN
+        INSERT INTO {table("run_journal_bodies")} (thread_id, digest, data)
+        SELECT p_thread, b.digest, b.data FROM unnest(p_body_digest, p_body_data) AS b(digest, data)
+        ORDER BY b.digest
+        ON CONFLICT (thread_id, digest) DO NOTHING;
+    END IF;
+"""
     return f"""
-CREATE OR REPLACE FUNCTION {function_name(schema)}(
+CREATE OR REPLACE FUNCTION {function_name(schema, version)}(
     p_thread text, p_event_id text[], p_run_id text[], p_event_type text[], p_category text[],
     p_content text[], p_metadata text[], p_task_id text[], p_created_at text[], p_user_id text[],
-    p_exclusive text[], p_row text[], p_finished text[], p_channel text
+    p_exclusive text[], p_row text[], p_finished text[], p_channel text{body_parameters}
 ) RETURNS TABLE (last_seq bigint, closed boolean, row_json text, row_thread text)
 LANGUAGE plpgsql AS $write$
 DECLARE
@@ -67,7 +86,7 @@ BEGIN
     INSERT INTO {threads} AS c (thread_id, last_seq) VALUES (p_thread, v_count)
     ON CONFLICT (thread_id) DO UPDATE SET last_seq = c.last_seq + excluded.last_seq
     RETURNING c.last_seq INTO v_last;
-
+{write_bodies}
     FOR i IN 1 .. v_count LOOP
         IF p_event_type[i] = 'run.start' THEN
             INSERT INTO {starts} (run_id, thread_id, event_id, has_row)
@@ -147,21 +166,22 @@ $write$
 
 def call(schema: str | None) -> str:
     """The statement of one write: asyncpg's ``$n`` parameters, in ``arguments`` order."""
-    marks = ", ".join(f"${n}" for n in range(1, 15))
+    marks = ", ".join(f"${n}" for n in range(1, 17))
     return f"SELECT last_seq, closed, row_json, row_thread FROM {function_name(schema)}({marks})"
 
 
 def arguments(
     thread_id: str, events: Sequence[NewEvent], exclusive: Sequence[str] | None,
-    row: Sequence[Any] | None, channel: str | None,
+    row: Sequence[Any] | None, channel: str | None, bodies: Sequence[Body] = (),
 ) -> tuple[Any, ...]:
     """The parameters of ``call`` for one thread's ``events`` (the last one exclusive among
-    ``exclusive``, when given), the run row's columns (``sql.RUN_COLUMNS`` order) and the channel."""
+    ``exclusive``, when given), the run row's columns (``sql.RUN_COLUMNS`` order), the channel and
+    the thread's ``bodies``."""
     return (
         thread_id, [e.event_id for e in events], [e.run_id for e in events],
         [e.event_type for e in events], [e.category for e in events], [e.content_json for e in events],
         [e.metadata_json for e in events], [e.task_id for e in events],
         [stamp(e.created_at) for e in events], [e.user_id for e in events],
         list(exclusive) if exclusive is not None else None, list(row) if row is not None else None,
-        list(FINISHED), channel,
+        list(FINISHED), channel, [body.digest for body in bodies], [body.data for body in bodies],
     )

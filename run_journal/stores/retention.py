@@ -1,10 +1,11 @@
 """Retention: ``RunEventStore.prune`` removes whole threads whose last event is older than a limit.
 
 A client of the store contract: it reads through the public methods (``list_threads``, ``last_seq``,
-``list_events``, ``list_runs``), copies to an archive through ``put_batch`` / ``put_run``, and removes
-through the two deletion hooks a backend may specialise (``_delete_thread_through``, one cheap step
-for a whole thread, or else ``_delete_run_through``, one run at a time). ``stores/base.py`` owns the
-public ``prune`` method, checks its arguments, and delegates here.
+``list_events``, ``list_runs``, ``list_bodies``), copies to an archive through ``put_bodies`` /
+``put_batch`` / ``put_run`` (bodies first, read back), and removes through the deletion hooks a
+backend may specialise (``_delete_thread_through``, one cheap step for a whole thread with its
+bodies, or else ``_delete_run_through``, one run at a time, and ``_drop_bodies`` once the runs are
+gone). ``stores/base.py`` owns the public ``prune`` method, checks its arguments, and delegates here.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
 PRUNE_PAGE: Final = 1000
 """Threads examined per ``list_threads`` page, and events read or copied per step, by ``prune``."""
+BODY_PAGE: Final = 100
+"""Bodies copied to an archive per step (each may hold up to ``BODY_LIMIT`` bytes)."""
 LIFECYCLE_TYPES: Final = tuple(sorted(STATUS_AFTER))
 
 
@@ -58,6 +61,8 @@ class PrunedThread:
     """Run rows removed (or that a dry run would remove)."""
     archived: int = 0
     """Events copied to the archive."""
+    archived_bodies: int = 0
+    """Bodies (``run_journal.bodies``) copied to the archive."""
     reason: str = ""
     """Why the thread was kept."""
 
@@ -141,14 +146,17 @@ class _Pruner:
         if self.dry_run:
             count = sum([len(page) async for page in _pages(store, thread_id, through)])
             return kept("would_prune", events=count, runs=len(rows))
-        archived = 0
+        archived = bodies = 0
         if self.archive is not None:
-            archived, problem = await self.copy(self.archive, thread_id, through, rows)
+            bodies, problem = await copy_bodies(store, self.archive, thread_id)
+            if not problem:
+                archived, problem = await self.copy(self.archive, thread_id, through, rows)
             if problem:
-                return kept("not_archived", archived=archived, reason=problem)
+                return kept("not_archived", archived=archived, archived_bodies=bodies, reason=problem)
+        kept = functools.partial(kept, archived=archived, archived_bodies=bodies)
         whole = await store._delete_thread_through(thread_id, through, [row.run_id for row in rows])
         if whole is not None:
-            return kept("pruned", events=whole, runs=len(rows), archived=archived)
+            return kept("pruned", events=whole, runs=len(rows))
         removed = runs = 0
         try:
             for row in rows:
@@ -157,10 +165,11 @@ class _Pruner:
             async for page in _pages(store, thread_id, through):  # events of runs without a row
                 for run_id in dict.fromkeys(event.run_id for event in page):
                     removed += await self.remove_run(thread_id, run_id, through)
+            if not await store._drop_bodies(thread_id, through):
+                raise _Resumed
         except _Resumed:
-            return kept("resumed", events=removed, runs=runs, archived=archived,
-                        reason="written to while it was being pruned")
-        return kept("pruned", events=removed, runs=runs, archived=archived)
+            return kept("resumed", events=removed, runs=runs, reason="written to while it was being pruned")
+        return kept("pruned", events=removed, runs=runs)
 
     async def running_run(self, thread_id: str, rows: Sequence[RunRow], through: int) -> str | None:
         """A run that may still be running: its row says so (``pending`` only when touched after the
@@ -222,6 +231,21 @@ class _Pruner:
             if stored_row.status != row.status:
                 return copied, f"the archive holds run {row.run_id!r} as {stored_row.status}"
         return copied, ""
+
+
+async def copy_bodies(store: RunEventStore, archive: RunEventStore, thread_id: str) -> tuple[int, str]:
+    """Copy the thread's bodies to ``archive`` and read each page back; (bodies copied, problem)."""
+    copied = 0
+    after: str | None = None
+    while page := await store.list_bodies(thread_id, after=after, limit=BODY_PAGE):
+        await archive.put_bodies(page)
+        there = await archive.get_bodies(thread_id, [body.digest for body in page])
+        lost = next((body for body in page if there.get(body.digest) != body.data), None)
+        if lost is not None:
+            return copied, f"body {lost.digest} of this thread did not reach the archive"
+        copied += len(page)
+        after = page[-1].digest
+    return copied, ""
 
 
 async def _pages(

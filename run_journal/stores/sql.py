@@ -48,7 +48,7 @@ from run_journal.stores.base import (
     after_error,
 )
 from run_journal.stores.queries import stamp
-from run_journal.stores.sql_schema import events, qualified, run_starts, runs, threads, user_threads
+from run_journal.stores.sql_schema import bodies, events, qualified, run_starts, runs, threads, user_threads
 
 T = TypeVar("T")
 POSTGRES_EXTRA: Final = "pip install 'run-journal[postgres]'"
@@ -126,6 +126,13 @@ def run_values(row: RunRow) -> dict[str, Any]:
 
 def moved_run_error(run_id: str, owner: str, thread_id: str) -> ValueError:
     return ValueError(f"run {run_id!r} belongs to thread {owner!r}, not {thread_id!r}")
+
+
+def bodies_by_thread(bodies: Sequence[Body]) -> dict[str, list[Body]]:
+    grouped: dict[str, list[Body]] = {}
+    for body in bodies:
+        grouped.setdefault(body.thread_id, []).append(body)
+    return grouped
 
 
 def by_thread(batch: Sequence[NewEvent]) -> dict[str, list[int]]:
@@ -211,15 +218,25 @@ class SqlWork:
             'RETURNING "row", thread_id'
         )
         self.stored_run = f'SELECT "row", thread_id FROM {self.runs} WHERE run_id = :run_id'
+        self.bodies = qualified(bodies, schema)
+        self.insert_body = (f"INSERT INTO {self.bodies} (thread_id, digest, data) "
+                            "VALUES (:thread_id, :digest, :data) ON CONFLICT (thread_id, digest) DO NOTHING")
 
     # -- writes ----------------------------------------------------------------------------------
-    def append(self, db: SqlSession, batch: Sequence[NewEvent], look_up: bool) -> list[RunEvent]:
-        """``put_batch``: each thread's events in one go, threads in sorted order."""
+    def append(
+        self, db: SqlSession, batch: Sequence[NewEvent], look_up: bool, bodies: Sequence[Body] = ()
+    ) -> list[RunEvent]:
+        """``put_batch``: each thread's events and bodies in one go, threads in sorted order."""
         results: list[RunEvent] = [None] * len(batch)  # type: ignore[list-item]  # every slot is filled below
         positions = by_thread(batch)
-        for thread_id in sorted(positions):
+        held = bodies_by_thread(bodies)
+        for thread_id in sorted(positions.keys() | held.keys()):
+            if thread_id not in positions:
+                self.put_bodies(db, held[thread_id])
+                continue
             events = [batch[index] for index in positions[thread_id]]
-            written = self.write_thread(db, thread_id, events, look_up=look_up)
+            mine = held.get(thread_id, ())
+            written = self.write_thread(db, thread_id, events, look_up=look_up, bodies=mine)
             for index, (event, _) in zip(positions[thread_id], written, strict=True):
                 results[index] = event
         return results
@@ -229,7 +246,7 @@ class SqlWork:
 
     def write_thread(
         self, db: SqlSession, thread_id: str, batch: Sequence[NewEvent], *,
-        look_up: bool = True, exclusive: tuple[str, ...] = (),
+        look_up: bool = True, exclusive: tuple[str, ...] = (), bodies: Sequence[Body] = (),
     ) -> list[tuple[RunEvent, bool]]:
         """Write one thread's events, each unless its event_id is stored; per event, its stored
         record and whether this wrote it. With ``exclusive``, the last event is a singleton of its
@@ -239,7 +256,10 @@ class SqlWork:
         The counter is bumped first, once: that takes the thread's write lock, so the lookups below
         and the insert are one step for every other writer. ``look_up=False`` skips the event_id
         lookup: a stored id then fails the insert (a unique violation) and the caller redoes the
-        transaction with the lookup (see ``SqlRunEventStore._append``).
+        transaction with the lookup (see ``SqlRunEventStore._append``). The thread's ``bodies``
+        are inserted right after the bump, under the thread's lock, so a prune that deletes the
+        thread's bodies (``drop_bodies``, which takes that lock) never leaves these events without
+        theirs.
         """
         first: dict[str, NewEvent] = {}
         for event in batch:
@@ -250,6 +270,7 @@ class SqlWork:
         likely = not look_up and len(first) > 1
         newest = stamp(next(reversed(first.values())).created_at) if likely or sure else None
         last = int(db.rows(self.bump, {"thread_id": thread_id, "count": len(first), "last_at": newest})[0][0])
+        self.put_bodies(db, bodies)
         found = self._stored_ids(db, thread_id, list(first)) if look_up else {}
         single = first[batch[-1].event_id] if exclusive else None
         held: NewEvent | None = None  # an earlier event of the batch the singleton yields to
@@ -331,25 +352,56 @@ class SqlWork:
 
     def close_run(
         self, db: SqlSession, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...],
-        values: Mapping[str, Any], look_up: bool,
+        values: Mapping[str, Any], look_up: bool, bodies: Sequence[Body] = (),
     ) -> tuple[str, str] | None:
-        """``put_run_close`` in one transaction: each thread's events, the terminal event after its
-        thread's (exclusive among ``types``) in the same step, then the row. None, having written only
-        the events, when the run already had another terminal event."""
+        """``put_run_close`` in one transaction: the bodies, each thread's events, the terminal event
+        after its thread's (exclusive among ``types``) in the same step, then the row. None, having
+        written only the bodies and events, when the run already had another terminal event."""
         positions = by_thread(batch)
         positions.setdefault(terminal.thread_id, [])
+        held = bodies_by_thread(bodies)
         stored: RunEvent | None = None
-        for thread_id in sorted(positions):  # one counter bump per thread
+        for thread_id in sorted(positions.keys() | held.keys()):  # one counter bump per thread
+            if thread_id not in positions:
+                self.put_bodies(db, held[thread_id])
+                continue
             events = [batch[index] for index in positions[thread_id]]
+            mine = held.get(thread_id, ())
             if thread_id == terminal.thread_id:
                 ended = self.write_thread(db, thread_id, [*events, terminal], look_up=look_up,
-                                          exclusive=types)
+                                          exclusive=types, bodies=mine)
                 stored = ended[-1][0]
             else:
-                self.write_thread(db, thread_id, events, look_up=look_up)
+                self.write_thread(db, thread_id, events, look_up=look_up, bodies=mine)
         if stored is None or stored.event_id != terminal.event_id:
             return None
         return self.put_run(db, values)
+
+    def put_bodies(self, db: SqlSession, bodies: Sequence[Body]) -> None:
+        """Insert the bodies a thread does not hold yet, in (thread, digest) order. Every writer
+        takes its locks thread by thread in sorted order (a thread's counter, then its bodies by
+        digest), so two writers never wait on each other crosswise (PostgreSQL)."""
+        if bodies:
+            ordered = sorted(bodies, key=lambda body: (body.thread_id, body.digest))
+            db.run_many(self.insert_body, [(body.thread_id, body.digest, body.data) for body in ordered])
+
+    def get_bodies(self, db: SqlSession, thread_id: str, digests: Sequence[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        for start in range(0, len(digests), _CHUNK):
+            marks, params = _names("digest", digests[start : start + _CHUNK])
+            sql = (f"SELECT digest, data FROM {self.bodies} "
+                   f"WHERE thread_id = :thread_id AND digest IN ({marks})")
+            rows = db.rows(sql, {"thread_id": thread_id, **params})
+            found.update((str(digest), bytes(data)) for digest, data in rows)
+        return found
+
+    def list_bodies(self, db: SqlSession, thread_id: str, after: str | None, limit: int) -> list[Body]:
+        sql = f"SELECT digest, data FROM {self.bodies} WHERE thread_id = :thread_id"
+        if after is not None:
+            sql += " AND digest > :after"
+        sql += " ORDER BY digest LIMIT :limit"
+        rows = db.rows(sql, {"thread_id": thread_id, "after": after, "limit": limit})
+        return [Body(thread_id, str(digest), bytes(data)) for digest, data in rows]
 
     # -- reads -----------------------------------------------------------------------------------
     def select_events(self, db: SqlSession, query: EventQuery) -> list[RunEvent]:
@@ -486,9 +538,22 @@ class SqlWork:
         deleted = db.run(f"DELETE FROM {self.events} WHERE {where}", params)
         db.run(f"DELETE FROM {self.runs} WHERE {where}", params)
         db.run(f"DELETE FROM {self.run_starts} WHERE {where}", params)  # the run ids are free again
+        if run_id is None:  # a run's deletion keeps the bodies: the thread's other runs share them
+            db.run(f"DELETE FROM {self.bodies} WHERE thread_id = :thread_id", params)
         if deleted:
             self._reset_activity(db, thread_id, whole=run_id is None)
         return deleted
+
+    def drop_bodies(self, db: SqlSession, thread_id: str, through_seq: int) -> bool:
+        """``prune``'s last step: the thread's bodies, if its counter still says ``through_seq``
+        (read and locked by a no-op update: writers of the thread wait, on PostgreSQL as on
+        SQLite). Whether they were deleted."""
+        found = db.rows(f"UPDATE {self.threads} SET last_seq = last_seq WHERE thread_id = :thread_id "
+                        "RETURNING last_seq", {"thread_id": thread_id})
+        if (int(found[0][0]) if found else 0) != through_seq:
+            return False
+        db.run(f"DELETE FROM {self.bodies} WHERE thread_id = :thread_id", {"thread_id": thread_id})
+        return True
 
     def _reset_activity(self, db: SqlSession, thread_id: str, *, whole: bool = False) -> None:
         """After a delete: the thread's (and its users') newest remaining event, or none."""
@@ -572,16 +637,15 @@ class SqlRunEventStore(RunEventStore):
 
     # -- the contract ----------------------------------------------------------------------------
     async def _append(self, batch: Sequence[NewEvent], bodies: Sequence[Body] = ()) -> list[RunEvent]:
-        if bodies:
-            await self._put_bodies(bodies)  # not yet in the same step
         """The common write (no event_id seen before) does not look ids up: a lookup inside the
         locked transaction cut PostgreSQL's throughput with 8 writers on one thread from ~9,000 to
         ~3,500 events/s (``bench/bench_sql.py``). A stored id fails the insert, which rolls the
-        transaction back whole; it is then redone with the lookup."""
+        transaction back whole; it is then redone with the lookup. The bodies are inserted first,
+        in the same transaction."""
         try:
-            return await self._write(self._work.append, batch, False)
+            return await self._write(self._work.append, batch, False, bodies)
         except self.duplicate:
-            return await self._write(self._work.append, batch, True)
+            return await self._write(self._work.append, batch, True, bodies)
 
     async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
         return await self._write(self._work.put_if_absent, event, types)
@@ -596,19 +660,29 @@ class SqlRunEventStore(RunEventStore):
         self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow,
         bodies: Sequence[Body] = (),
     ) -> bool:
-        if bodies:
-            await self._put_bodies(bodies)  # not yet in the same step
-        """The run's last events, its terminal event and its row in one transaction."""
+        """The run's bodies, last events, terminal event and row in one transaction."""
         values = run_values(row)
         try:  # as in _append: the lookup only when an event_id is stored already
-            stored = await self._write(self._work.close_run, batch, terminal, types, values, False)
+            stored = await self._write(self._work.close_run, batch, terminal, types, values, False, bodies)
         except self.duplicate:
-            stored = await self._write(self._work.close_run, batch, terminal, types, values, True)
+            stored = await self._write(self._work.close_run, batch, terminal, types, values, True, bodies)
         if stored is None:
             return False
         if stored[1] != row.thread_id:  # the events are committed; the row was refused
             raise moved_run_error(row.run_id, stored[1], row.thread_id)
         return True
+
+    async def _put_bodies(self, bodies: Sequence[Body]) -> None:
+        await self._write(self._work.put_bodies, bodies)
+
+    async def _get_bodies(self, thread_id: str, digests: tuple[str, ...]) -> dict[str, bytes]:
+        return await self._read(self._work.get_bodies, thread_id, digests)
+
+    async def _drop_bodies(self, thread_id: str, through_seq: int) -> bool:
+        return await self._write(self._work.drop_bodies, thread_id, through_seq)
+
+    async def _list_bodies(self, thread_id: str, after: str | None, limit: int) -> list[Body]:
+        return await self._read(self._work.list_bodies, thread_id, after, limit)
 
     async def _select_events(self, query: EventQuery) -> list[RunEvent]:
         return await self._read(self._work.select_events, query)

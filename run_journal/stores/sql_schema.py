@@ -23,6 +23,7 @@ from sqlalchemy import (
     DateTime,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -128,6 +129,16 @@ run_starts = Table(
     Column("has_row", Boolean, nullable=False, server_default=false()),
     Index("ix_run_journal_run_starts_rowless", "run_id", sqlite_where=text("NOT has_row"),
           postgresql_where=text("NOT has_row")),
+)
+
+bodies = Table(
+    "run_journal_bodies",
+    metadata,
+    # One row per distinct value a thread's events reference (schema version 6): its canonical JSON
+    # under its sha256; written with the events, never updated, deleted with the thread.
+    Column("thread_id", ID, primary_key=True),
+    Column("digest", String(64), primary_key=True),
+    Column("data", LargeBinary, nullable=False),
 )
 
 followers = Table(
@@ -236,13 +247,21 @@ def _add_reconcile_indexes_and_one_call_writes_v5(connection: Connection, schema
     _create_indexes(connection, *run_starts.indexes, *runs.indexes)
     if connection.dialect.name == "postgresql":
         followers.create(connection, checkfirst=True)
-        connection.exec_driver_sql(create_function(schema))
+        connection.exec_driver_sql(create_function(schema, 1))
+
+
+def _add_bodies_v6(connection: Connection, schema: str | None) -> None:
+    """Schema version 6: ``run_journal_bodies``; on PostgreSQL the one-call write that also writes
+    a batch's bodies (``run_journal_write_v2``; v1 stays for processes that still call it)."""
+    bodies.create(connection, checkfirst=True)
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql(create_function(schema, 2))
 
 
 Migration = Callable[[Connection, str | None], None]
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     _create_v1, _add_first_put_at_v2, _add_run_starts_v3, _add_activity_and_run_order_v4,
-    _add_reconcile_indexes_and_one_call_writes_v5,
+    _add_reconcile_indexes_and_one_call_writes_v5, _add_bodies_v6,
 )
 """Position + 1 is the schema version a migration brings the store to. Append only; never change
 what one does to a store."""

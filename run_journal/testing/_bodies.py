@@ -9,7 +9,9 @@ import pytest
 
 from run_journal.bodies import BODY_LIMIT, MAX_BODY_READ, Body
 from run_journal.runs import RunRow
-from run_journal.stores.base import RunEventStore, RunIdTakenError
+from run_journal.stores.base import RunEventStore, RunIdTakenError, StorageProblem
+from run_journal.stores.memory import MemoryRunEventStore
+from run_journal.testing._prune import MONTH, OLD, old_thread
 from run_journal.testing._support import TRICKY_PAYLOAD, StoreSuiteBase, new_event, read_all
 
 
@@ -19,11 +21,6 @@ def message(n: int, thread_id: str = "t") -> Body:
 
 class BodyTests(StoreSuiteBase):
     """Bodies: put and get by digest, once per thread, in the step of their events."""
-
-    @pytest.fixture(autouse=True)
-    def _stores_bodies(self, store: RunEventStore) -> None:
-        if type(store)._put_bodies is RunEventStore._put_bodies:
-            pytest.skip(f"{type(store).__name__} does not store bodies yet")
 
     async def test_bodies_round_trip_as_bytes(self, store: RunEventStore) -> None:
         tricky = Body.of("t", TRICKY_PAYLOAD)
@@ -198,3 +195,55 @@ class BodyTests(StoreSuiteBase):
         assert await store.list_bodies("t") == sorted(bodies, key=lambda body: body.digest)
         events = await read_all(store, "t")
         assert [event.seq for event in events] == list(range(1, 41))
+
+    async def test_prune_archives_a_thread_with_its_bodies_then_removes_them(
+        self, store: RunEventStore
+    ) -> None:
+        old, young = [message(n, "old") for n in range(3)], [message(7, "young")]
+        await old_thread(store, "old")
+        await store.put_batch([new_event("old", "old-r0", event_id="asked", created_at=OLD,
+                                         metadata={"bodies": [body.digest for body in old]})], bodies=old)
+        await store.put_batch([new_event("young")], bodies=young)
+        dry = await store.prune(older_than=MONTH, dry_run=True)
+        assert [item.outcome for item in dry.threads] == ["would_prune"]
+        assert len(await store.list_bodies("old")) == 3
+        async with MemoryRunEventStore() as archive:
+            result = await store.prune(older_than=MONTH, archive=archive)
+            assert [(item.thread_id, item.outcome, item.archived, item.archived_bodies)
+                    for item in result.threads] == [("old", "pruned", 9, 3)]
+            assert await archive.list_bodies("old") == sorted(old, key=lambda body: body.digest)
+            assert await archive.check_integrity() == []
+        assert await store.list_bodies("old") == []
+        assert await store.list_bodies("young") == young
+        await store.put_batch([new_event("old", "again")])  # the thread id used again starts bare
+        assert await store.list_bodies("old") == []
+
+    async def test_the_store_as_an_archive_takes_the_bodies_first(self, store: RunEventStore) -> None:
+        bodies = [message(n, "old") for n in range(2)]
+        async with MemoryRunEventStore() as source:
+            await old_thread(source, "old", runs=1)
+            await source.put_bodies(bodies)
+            result = await source.prune(older_than=MONTH, archive=store)
+            assert [(item.outcome, item.archived_bodies) for item in result.threads] == [("pruned", 2)]
+            assert await source.list_bodies("old") == []
+        assert await store.get_bodies("old", [body.digest for body in bodies]) == {
+            body.digest: body.data for body in bodies
+        }
+
+    async def test_check_integrity_reports_references_to_bodies_the_thread_lacks(
+        self, store: RunEventStore
+    ) -> None:
+        held, lost = message(1), message(2)
+        await store.put_batch([
+            new_event(metadata={"bodies": [held.digest]}),
+            new_event(metadata={"bodies": [held.digest, lost.digest]}),
+            new_event(metadata={"bodies": "not a list"}),
+            new_event("other", metadata={"bodies": [held.digest]}),  # held by thread t only
+        ], bodies=[held])
+        lacks = "which the thread does not hold"
+        assert await store.check_integrity() == [
+            StorageProblem("thread other seq 1", f"references body {held.digest}, {lacks}"),
+            StorageProblem("thread t seq 2", f"references body {lost.digest}, {lacks}"),
+            StorageProblem("thread t seq 3", 'metadata["bodies"] is not a list of digests'),
+        ]
+        assert await store.check_integrity(["t"]) == (await store.check_integrity())[1:]

@@ -138,7 +138,7 @@ def test_a_bad_store_url_never_fails_a_script_that_never_imports_run_journal(
     assert "Traceback" not in done.stderr
     assert elapsed < OPEN_TIMEOUT + 25  # the connect deadline once, plus starting Python and LangChain
     runs_took = float(done.stdout.split()[-1])
-    assert runs_took < OPEN_TIMEOUT + 2  # only the first run waited, at most the connect deadline
+    assert runs_took < OPEN_TIMEOUT + 5  # only the first run waited, at most the connect deadline
 
 
 def one_node_graph() -> Any:

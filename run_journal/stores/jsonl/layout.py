@@ -3,6 +3,7 @@
     store.json                          contract version the directory was written with
     threads/<name>/                     one thread: see ``log`` (lock, meta, events, index)
     threads/<name>/runs/<name>.json     run rows of that thread, each replaced atomically
+    threads/<name>/bodies/<digest>      the thread's bodies, one file each (``bodies``)
     run_index/<name>                    run id -> thread id, so ``get_run`` needs no scan
     run_starts/<name>                   run id -> the run.start that took it (``starts``)
 

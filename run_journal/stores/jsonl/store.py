@@ -35,6 +35,7 @@ from run_journal.stores.base import (
     metadata_task_id,
     stamp,
 )
+from run_journal.stores.jsonl import bodies as body_files
 from run_journal.stores.jsonl import damage, log
 from run_journal.stores.jsonl.activity import Activity, newest_of_batch
 from run_journal.stores.jsonl.facts import Facts, ThreadFacts
@@ -87,30 +88,38 @@ class JsonlRunEventStore(RunEventStore):
 
     # -- writes ----------------------------------------------------------------------------------
     async def _append(self, batch: Sequence[NewEvent], bodies: Sequence[Body] = ()) -> list[RunEvent]:
-        if bodies:
-            await self._put_bodies(bodies)  # not yet in the same step
-        return await self._run(self._append_sync, batch)
+        return await self._run(self._append_sync, batch, bodies)
 
-    def _append_sync(self, batch: Sequence[NewEvent]) -> list[RunEvent]:
+    def _append_sync(self, batch: Sequence[NewEvent], bodies: Sequence[Body] = ()) -> list[RunEvent]:
+        """Each thread's bodies are written in its step, before its events' line; bodies of threads
+        without events here, after every thread's events (none of them references those)."""
         by_thread: dict[str, list[int]] = {}
         for position, event in enumerate(batch):
             by_thread.setdefault(event.thread_id, []).append(position)
+        bodies_of: dict[str, list[Body]] = {}
+        for body in bodies:
+            bodies_of.setdefault(body.thread_id, []).append(body)
         if len(by_thread) > 1:
             self._starts.check(batch)  # one thread's refusal must not come after another's write
         results: list[RunEvent] = [None] * len(batch)  # type: ignore[list-item]  # every slot is filled below
         for thread_id, positions in by_thread.items():
-            stored = self._write_thread(thread_id, [batch[i] for i in positions], exclusive=None)
+            stored = self._write_thread(thread_id, [batch[i] for i in positions], exclusive=None,
+                                        bodies=bodies_of.pop(thread_id, ()))
             for position, (written, _) in zip(positions, stored, strict=True):
                 results[position] = written
+        for held in bodies_of.values():
+            self._put_bodies_sync(held)
         return results
 
     async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
         return await self._run(lambda: self._write_thread(event.thread_id, [event], exclusive=types)[0])
 
     def _write_thread(
-        self, thread_id: str, events: list[NewEvent], *, exclusive: tuple[str, ...] | None
+        self, thread_id: str, events: list[NewEvent], *, exclusive: tuple[str, ...] | None,
+        bodies: Sequence[Body] = (),
     ) -> list[tuple[RunEvent, bool]]:
-        """Under the thread lock: dedupe, assign seqs from the committed count, append, commit.
+        """Under the thread lock: dedupe, assign seqs from the committed count, take the run ids,
+        write the bodies, append, commit.
 
         ``exclusive`` (``put_if_absent``): an event is not written when its run already has an
         event of one of those types; the first such event is returned instead.
@@ -144,6 +153,7 @@ class JsonlRunEventStore(RunEventStore):
                 for event, _ in fresh.values():  # before anything is appended
                     if event.event_type == RUN_START:
                         self._starts.claim(event, facts)
+                body_files.keep(directory, bodies, durable=self.durable)
                 if lines:
                     log.append(view, lines, durable=self.durable)
                     moments = ((event.user_id, stamp(event.created_at)) for event, _ in fresh.values())
@@ -155,6 +165,38 @@ class JsonlRunEventStore(RunEventStore):
 
     async def _put_run(self, row: RunRow) -> RunRow:
         return await self._run(self._runs.put, row)
+
+    # -- bodies ----------------------------------------------------------------------------------
+    async def _put_bodies(self, bodies: Sequence[Body]) -> None:
+        await self._run(self._put_bodies_sync, bodies)
+
+    def _put_bodies_sync(self, bodies: Sequence[Body]) -> None:
+        bodies_of: dict[str, list[Body]] = {}
+        for body in bodies:
+            bodies_of.setdefault(body.thread_id, []).append(body)
+        for thread_id, held in bodies_of.items():
+            directory = self._layout.thread_dir(thread_id)
+            with log.locked(directory):
+                body_files.keep(directory, held, durable=self.durable)
+
+    async def _drop_bodies(self, thread_id: str, through_seq: int) -> bool:
+        return await self._run(self._drop_bodies_sync, thread_id, through_seq)
+
+    def _drop_bodies_sync(self, thread_id: str, through_seq: int) -> bool:
+        directory = self._layout.thread_dir(thread_id)
+        with log.locked(directory):
+            with log.snapshot(directory) as view:
+                if (view.count if view else 0) != through_seq:
+                    return False
+            body_files.drop(directory)
+        return True
+
+    async def _get_bodies(self, thread_id: str, digests: tuple[str, ...]) -> dict[str, bytes]:
+        return await self._run(lambda: body_files.read(self._layout.thread_dir(thread_id), digests))
+
+    async def _list_bodies(self, thread_id: str, after: str | None, limit: int) -> list[Body]:
+        return await self._run(
+            lambda: body_files.page(self._layout.thread_dir(thread_id), thread_id, after, limit))
 
     # -- reads -----------------------------------------------------------------------------------
     async def _select_events(self, query: EventQuery) -> list[RunEvent]:
@@ -286,6 +328,7 @@ class JsonlRunEventStore(RunEventStore):
             self._activity.replace_from(thread_id, directory, None)
             self._starts.release(thread_id, started)
             self._runs.drop_thread(thread_id)
+            body_files.drop(directory)
         return deleted
 
     def _delete_sync(self, thread_id: str, run_id: str | None) -> int:
@@ -312,6 +355,7 @@ class JsonlRunEventStore(RunEventStore):
                 self._starts.release(thread_id, started)
             if run_id is None:
                 self._runs.drop_thread(thread_id)
+                body_files.drop(directory)  # a run's delete keeps them: other runs share them
             else:
                 self._runs.drop_run(thread_id, run_id)
         return deleted

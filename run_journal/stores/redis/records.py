@@ -67,7 +67,7 @@ def fresh_copy(event: RunEvent) -> RunEvent:
     return RunEvent.from_dict(json.loads(json.dumps(event.to_dict())))
 
 
-ScriptCall = tuple[AsyncScript, list[str], list[str | int]]
+ScriptCall = tuple[AsyncScript, list[str], list[str | int | bytes]]
 
 
 async def run_scripts(client: Redis, calls: Sequence[ScriptCall]) -> list[Any]:
@@ -110,7 +110,7 @@ async def read_page(
     found: list[RunEvent] = []
     chunk = limit
     while True:
-        args: list[str | int] = [low, high, chunk, "1" if descending else "0"]
+        args: list[str | int | bytes] = [low, high, chunk, "1" if descending else "0"]
         replies = await run_scripts(client, [(page_script, [key, records_key], args) for key in index_keys])
         rows: dict[int, dict[str, Any] | None] = {}
         bound: int | None = None

@@ -11,8 +11,9 @@ Key layout (``P`` is the store prefix, ``B`` = ``P t/<thread>/``):
 (score = seq): ``B all``, ``B msg``, ``B r/<run>/all``, ``B r/<run>/msg``, ``B ty/<type>``,
 ``B r/<run>/ty/<type>``, ``B task/<sha1(task_id)>``, ``B u/<user>/all``, ``B u/<user>/msg``;
 ``B keys`` (set of the dynamic index keys, for deletes and TTL), ``B users``, ``B runs`` (run ids,
-score = started_at or else first put_run, epoch microseconds), ``B at`` and ``B u/<user>/at`` (the
-thread's member of ``P recent`` and of ``P u/<user>/recent``); global: ``P threads``,
+score = started_at or else first put_run, epoch microseconds), ``B bodies`` (hash digest -> body
+data) and ``B bodyix`` (lexical set of its digests, for pages by digest; layout 4), ``B at`` and
+``B u/<user>/at`` (the thread's member of ``P recent`` and of ``P u/<user>/recent``); global: ``P threads``,
 ``P u/<user>/threads`` (lexical sets), ``P recent`` and ``P u/<user>/recent`` (lexical sets of
 ``<stamp>/<thread>``: the created_at of the thread's, or the user's, newest event there, so a reverse
 lexical range is the activity order), ``P run/<run>`` (run row hash), ``P runs`` (as ``B runs``),
@@ -29,7 +30,20 @@ from typing import Final
 _FIXED_KEYS: Final = """
 local function fixed_keys(B)
   return {B .. 'seq', B .. 'ev', B .. 'ids', B .. 'all', B .. 'msg', B .. 'keys', B .. 'users', B .. 'runs',
-          B .. 'at'}
+          B .. 'at', B .. 'bodies', B .. 'bodyix'}
+end
+
+-- Keep the n bodies whose (digest, data) pairs start at ARGV[first]: each one the thread does not hold.
+local function keep_bodies(B, first, n, ttl)
+  for i = first, first + 2 * n - 1, 2 do
+    if redis.call('HSETNX', B .. 'bodies', ARGV[i], ARGV[i + 1]) == 1 then
+      redis.call('ZADD', B .. 'bodyix', 0, ARGV[i])
+    end
+  end
+  if ttl > 0 and n > 0 then
+    redis.call('EXPIRE', B .. 'bodies', ttl)
+    redis.call('EXPIRE', B .. 'bodyix', ttl)
+  end
 end
 
 -- The activity order: lexical set S holds '<stamp>/<thread>' per thread, the thread's current member
@@ -97,13 +111,16 @@ end
 
 APPEND: Final = _FIXED_KEYS + """
 -- ARGV: prefix, thread_id, mode ('append' | 'once'), ttl_seconds, n, then n event types (mode
--- 'once': the run may hold none of them), then 8 fields per event: event_id, run_id, event_type,
--- is_message ('1'/'0'), task key ('' or sha1), user_id ('' or id), record, created_at stamp.
+-- 'once': the run may hold none of them), then nb and nb bodies of the thread (digest, data), then
+-- 8 fields per event: event_id, run_id, event_type, is_message ('1'/'0'), task key ('' or sha1),
+-- user_id ('' or id), record, created_at stamp.
 -- Returns seq, stored-record-or-false per event (a record when the event was stored before); or,
 -- writing nothing, {'run_taken', run_id, thread, event_id} when a new run.start names a run id whose
 -- run.start (another event) is stored.
 local P, T, mode, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local nx = tonumber(ARGV[5])
+local nb = tonumber(ARGV[6 + nx])
+local events_at = 7 + nx + 2 * nb
 local B = P .. 't/' .. T .. '/'
 local last = tonumber(redis.call('GET', B .. 'seq') or '0')
 if last == 0 and redis.call('EXISTS', B .. 'ev', B .. 'ids', B .. 'keys') > 0 then
@@ -133,7 +150,7 @@ end
 
 -- decide: no writes in this loop
 local out, plan, fresh = {}, {}, {}
-for o = 6 + nx, #ARGV, 8 do
+for o = events_at, #ARGV, 8 do
   local eid = ARGV[o]
   local seq, stored = fresh[eid], false
   if not seq then
@@ -163,6 +180,7 @@ for o = 6 + nx, #ARGV, 8 do
   out[#out + 1] = seq
   out[#out + 1] = stored
 end
+keep_bodies(B, 7 + nx, nb, ttl)
 if #plan == 0 then return out end
 
 -- write
@@ -214,6 +232,38 @@ if ttl > 0 then
   for _, key in ipairs(redis.call('SMEMBERS', B .. 'keys')) do redis.call('EXPIRE', key, ttl) end
 end
 redis.call('PUBLISH', B .. 'new', last)
+return out
+"""
+
+PUT_BODIES: Final = _FIXED_KEYS + """
+-- ARGV: prefix, thread_id, ttl_seconds, then (digest, data) per body: each one the thread lacks.
+local B = ARGV[1] .. 't/' .. ARGV[2] .. '/'
+keep_bodies(B, 4, (#ARGV - 3) / 2, tonumber(ARGV[3]))
+return 1
+"""
+
+DROP_BODIES: Final = """
+-- ARGV: prefix, thread_id, through_seq. Deletes the thread's bodies if its counter is still through_seq.
+local B = ARGV[1] .. 't/' .. ARGV[2] .. '/'
+if tonumber(redis.call('GET', B .. 'seq') or '0') ~= tonumber(ARGV[3]) then return 0 end
+redis.call('UNLINK', B .. 'bodies', B .. 'bodyix')
+return 1
+"""
+
+LIST_BODIES: Final = """
+-- ARGV: prefix, thread_id, lexical start ('-' or '(<digest>'), limit. Returns digest, data, ... of
+-- the thread's first bodies by digest from there.
+local B = ARGV[1] .. 't/' .. ARGV[2] .. '/'
+local digests = redis.call('ZRANGEBYLEX', B .. 'bodyix', ARGV[3], '+', 'LIMIT', 0, tonumber(ARGV[4]))
+if #digests == 0 then return {} end
+local data = redis.call('HMGET', B .. 'bodies', unpack(digests))
+local out = {}
+for i, digest in ipairs(digests) do
+  if data[i] then
+    out[#out + 1] = digest
+    out[#out + 1] = data[i]
+  end
+end
 return out
 """
 

@@ -70,9 +70,10 @@ DEFAULT_PREFIX: Final = "run_journal:"
 MAX_CONNECTIONS: Final = 10
 """Connections of a store's pool by default (a blocking pool: a call waits for a free one)."""
 CONNECTION_WAIT: Final = 30.0
-LAYOUT_VERSION: Final = 3
+LAYOUT_VERSION: Final = 4
 """The key layout of a prefix (``P layout``): 2 added the activity order (``P recent``), 3 the runs
-by status (``P st/<status>``)."""
+by status (``P st/<status>``), 4 the bodies of each thread (``B bodies``, ``B bodyix``; an older
+prefix has none, so it needs no upgrade step)."""
 FOLLOW_FALLBACK_SECONDS: Final = 5.0
 """A follower re-reads at least this often even without a notification (a lost publish, a restart)."""
 
@@ -129,6 +130,9 @@ class RedisRunEventStore(RunEventStore):
         self._delete_run_script = register(header("#!lua flags=allow-oom") + scripts.DELETE_RUN_STEP)
         self._place_thread_script = register(header("#!lua") + scripts.PLACE_THREAD)
         self._index_statuses_script = register(header("#!lua") + scripts.INDEX_RUN_STATUSES)
+        self._put_bodies_script = register(header("#!lua") + scripts.PUT_BODIES)
+        self._list_bodies_script = register(header("#!lua flags=no-writes") + scripts.LIST_BODIES)
+        self._drop_bodies_script = register(header("#!lua flags=allow-oom") + scripts.DROP_BODIES)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisRunEventStore:
@@ -229,18 +233,18 @@ class RedisRunEventStore(RunEventStore):
 
     # -- writes ----------------------------------------------------------------------------------
     async def _append(self, batch: Sequence[NewEvent], bodies: Sequence[Body] = ()) -> list[RunEvent]:
-        if bodies:
-            await self._put_bodies(bodies)  # not yet in the same step
-        return [event for event, _ in await self._write(batch, "append")]
+        return [event for event, _ in await self._write(batch, "append", bodies=bodies)]
 
     async def _put_if_absent(self, event: NewEvent, types: tuple[str, ...]) -> tuple[RunEvent, bool]:
         (result,) = await self._write([event], "once", types)
         return result
 
     async def _write(
-        self, batch: Sequence[NewEvent], mode: str, types: Sequence[str] = ()
+        self, batch: Sequence[NewEvent], mode: str, types: Sequence[str] = (), bodies: Sequence[Body] = ()
     ) -> list[tuple[RunEvent, bool]]:
-        """One script call per thread, all in one round trip; results in input order.
+        """One script call per thread, all in one round trip; results in input order. A thread's
+        bodies go in its script; bodies of threads without events here follow once the events are
+        written (no event of the batch references them, and a refused batch writes none).
 
         Each result says whether this call wrote the event (False: it was stored before, or it
         repeats an earlier event_id of the batch, or ``mode="once"`` found an event of ``types``
@@ -249,10 +253,15 @@ class RedisRunEventStore(RunEventStore):
         by_thread: dict[str, list[int]] = {}
         for position, event in enumerate(batch):
             by_thread.setdefault(event.thread_id, []).append(position)
+        bodies_of = _bodies_by_thread(bodies)
         ttl = self._retention.ttl_seconds or 0
         calls: list[ScriptCall] = []
         for thread_id, positions in by_thread.items():
-            args: list[str | int] = [self._prefix, thread_id, mode, ttl, len(types), *types]
+            args: list[str | int | bytes] = [self._prefix, thread_id, mode, ttl, len(types), *types]
+            held = bodies_of.pop(thread_id, [])
+            args.append(len(held))
+            for body in held:
+                args += [body.digest, body.data]
             for position in positions:
                 event = batch[position]
                 task_id = event.task_id
@@ -269,6 +278,8 @@ class RedisRunEventStore(RunEventStore):
         for reply in replies:
             if reply and text(reply[0]) == "run_taken":
                 raise RunIdTakenError(text(reply[1]), text(reply[2]), text(reply[3]))
+        if bodies_of:
+            await self._put_bodies([body for held in bodies_of.values() for body in held])
         results: list[tuple[RunEvent, bool]] = [None] * len(batch)  # type: ignore[list-item]  # filled below
         for (thread_id, positions), reply in zip(by_thread.items(), replies, strict=True):
             written: dict[int, RunEvent] = {}
@@ -343,6 +354,30 @@ class RedisRunEventStore(RunEventStore):
             owner = text(stored[1])
             raise ValueError(f"run {row.run_id!r} belongs to thread {owner!r}, not {row.thread_id!r}")
         return RunRow.from_dict(json.loads(stored if stored is not None else row_json))
+
+    # -- bodies ----------------------------------------------------------------------------------
+    async def _put_bodies(self, bodies: Sequence[Body]) -> None:
+        """One script call per thread, all in one round trip."""
+        ttl = self._retention.ttl_seconds or 0
+        calls: list[ScriptCall] = []
+        for thread_id, held in _bodies_by_thread(bodies).items():
+            args: list[str | int | bytes] = [self._prefix, thread_id, ttl]
+            for body in held:
+                args += [body.digest, body.data]
+            calls.append((self._put_bodies_script, [], args))
+        await run_scripts(self._client, calls)
+
+    async def _get_bodies(self, thread_id: str, digests: tuple[str, ...]) -> dict[str, bytes]:
+        found = await self._client.hmget(self._thread_key(thread_id, "bodies"), list(digests))
+        return {digest: _raw(data) for digest, data in zip(digests, found, strict=True) if data is not None}
+
+    async def _drop_bodies(self, thread_id: str, through_seq: int) -> bool:
+        return bool(await self._drop_bodies_script(args=[self._prefix, thread_id, through_seq]))
+
+    async def _list_bodies(self, thread_id: str, after: str | None, limit: int) -> list[Body]:
+        start = "-" if after is None else "(" + after
+        flat = await self._list_bodies_script(args=[self._prefix, thread_id, start, limit])
+        return [Body(thread_id, text(flat[i]), _raw(flat[i + 1])) for i in range(0, len(flat), 2)]
 
     # -- reads -----------------------------------------------------------------------------------
     async def _select_events(self, query: EventQuery) -> list[RunEvent]:
@@ -563,6 +598,18 @@ class RedisRunEventStore(RunEventStore):
             deleted += step
             if step < self.prune_step:
                 return deleted
+
+
+def _raw(data: bytes | str) -> bytes:
+    """A body's bytes (text when the client decodes replies: bodies are UTF-8 JSON)."""
+    return data if isinstance(data, bytes) else data.encode("utf-8")
+
+
+def _bodies_by_thread(bodies: Sequence[Body]) -> dict[str, list[Body]]:
+    grouped: dict[str, list[Body]] = {}
+    for body in bodies:
+        grouped.setdefault(body.thread_id, []).append(body)
+    return grouped
 
 
 def _indexes(query: EventQuery) -> list[str]:
