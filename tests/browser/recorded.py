@@ -20,8 +20,9 @@ from typing import Any
 
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, SystemMessage
 from langchain_core.tools import tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -53,6 +54,13 @@ class ScriptedModel(GenericFakeChatModel):
         return self
 
 
+class OfferingModel(ScriptedModel):
+    """A scripted model that is sent its tools, as a provider's chat model is (so the request holds them)."""
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+        return self.bind(tools=[convert_to_openai_tool(item) for item in tools], **kwargs)
+
+
 def reply(
     text: str, *calls: tuple[str, dict[str, Any], str], tokens: tuple[int, int] = (400, 40)
 ) -> AIMessage:
@@ -66,11 +74,13 @@ def reply(
     )
 
 
-def tool_loop(script: list[AIMessage], tools: list[Any], checkpointer: Any = None) -> Any:
-    model = ScriptedModel(messages=iter(script))
+def tool_loop(script: list[AIMessage], tools: list[Any], checkpointer: Any = None,
+              system: str | None = None) -> Any:
+    model = (OfferingModel if system else ScriptedModel)(messages=iter(script)).bind_tools(tools)
+    prompt = [SystemMessage(system)] if system else []
 
     async def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [await model.ainvoke(state["messages"])]}
+        return {"messages": [await model.ainvoke([*prompt, *state["messages"]])]}
 
     builder = StateGraph(MessagesState)
     builder.add_node("agent", agent)
@@ -94,13 +104,17 @@ def refund_policy(days: int) -> str:
     return "refundable" if days <= 30 else "not refundable"
 
 
+SUPPORT_PROMPT = ("You are the order desk of a small shop.\nLook orders up before you answer, and say "
+                  "whether an order can still be returned.")
+
+
 async def tool_turn(store: RunEventStore) -> str:
     graph = tool_loop([
         reply("Let me look that up.", ("lookup_order", {"order_id": "A-1001"}, "call-1"),
               ("refund_policy", {"days": 12}, "call-2"), tokens=(1200, 40)),
         reply("Order A-1001 shipped on 2026-05-02 and arrives Friday; it is still refundable.",
               tokens=(1350, 60)),
-    ], [lookup_order, refund_policy])
+    ], [lookup_order, refund_policy], system=SUPPORT_PROMPT)
     async with RunJournal(store, thread_id="support-42", run_id="tool-turn", pricing=PRICING) as journal:
         await graph.ainvoke({"messages": [("user", "Where is order A-1001, and can I still return it?")]},
                             {"callbacks": [journal]})

@@ -318,8 +318,11 @@ async def test_a_runs_scores_are_shown_on_it(page: Any, server: Served) -> None:
 
 
 async def test_two_runs_of_a_thread_compared_show_the_first_divergence_and_the_deltas(
-    page: Any, server: Served, screenshots: Path
+    page: Any, server: Served, recorded: dict[str, Any], screenshots: Path
 ) -> None:
+    async with open_store(recorded["url"]) as store:
+        calls = await store.list_events("support-42", "tool-turn", event_types=["tool.call"])
+    policy = next(event.seq for event in calls if event.content["tool_name"] == "refund_policy")
     await open_view(page, server, "#/t/support-42", "#compare-form")
     assert await page.locator("#compare-a").input_value() == "tool-turn"  # the two latest runs
     assert await page.locator("#compare-b").input_value() == "tool-turn-again"
@@ -339,11 +342,11 @@ async def test_two_runs_of_a_thread_compared_show_the_first_divergence_and_the_d
     assert await rows.count() == 4
     assert await page.locator("#compare-steps tr.diverged").get_attribute("data-position") == "1"
     only_a = await texts(page, "#compare-steps tr.step-only-a")
-    assert only_a == ["3 lead_agent tool refund_policy #5 — only in A"]
+    assert only_a == [f"3 lead_agent tool refund_policy #{policy} — only in A"]
     first = await page.locator("#compare-steps tr.diverged").inner_text()
     assert 'tool_calls[1]: {"args":{"days":12},"name":"refund_policy"} → <absent>' in " ".join(first.split())
     assert "final_answer" in await page.inner_text("#compare-run-fields")
     await shot(page, screenshots, "viewer-compare")
-    await page.click('#compare-steps tr.step-only-a a:text("#5")')
-    await page.wait_for_selector('#timeline .ev[data-seq="5"]')
-    assert "refund_policy" in await page.locator('#timeline .ev[data-seq="5"]').inner_text()
+    await page.click(f'#compare-steps tr.step-only-a a:text("#{policy}")')
+    await page.wait_for_selector(f'#timeline .ev[data-seq="{policy}"]')
+    assert "refund_policy" in await page.locator(f'#timeline .ev[data-seq="{policy}"]').inner_text()

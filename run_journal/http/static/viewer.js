@@ -1,7 +1,8 @@
 /* run-journal viewer: plain JavaScript over the read-only API, no build step, no dependency.
  *
  * Routes (in the URL fragment): #/ threads, #/t/THREAD a thread, #/t/THREAD/r/RUN a run,
- * #/t/THREAD/compare?a=RUN&b=RUN two runs of a thread compared.
+ * #/t/THREAD/compare?a=RUN&b=RUN two runs of a thread compared, #/runs?FILTERS runs of every thread,
+ * #/usage cost and tokens per day.
  * Every text from the store goes into the page with textContent, never as HTML.
  */
 "use strict";
@@ -25,18 +26,22 @@
       else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
       else el.setAttribute(key, value === true ? "" : value);
     }
-    for (const child of children.flat()) {
+    for (const child of children.flat(Infinity)) {
       if (child === null || child === undefined || child === false) continue;
       el.append(child instanceof Node ? child : String(child));
     }
     return el;
   }
   function fill(el, ...children) {   // replaceChildren, leaving out null / false (conditional parts)
-    el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+    el.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
   }
   const enc = encodeURIComponent;
   const num = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
-  const cost = (c) => (c === null || c === undefined ? "–" : "$" + Number(c).toFixed(4));
+  function cost(c) {   // a tiny cost is not free: "<$0.0001"
+    if (c === null || c === undefined) return "–";
+    const n = Number(c);
+    return n > 0 && n < 0.0001 ? "<$0.0001" : "$" + n.toFixed(4);
+  }
   function clock(iso) {     // HH:MM:SS.mmm of an ISO time (isoformat drops a zero fraction)
     const m = /T(\d\d:\d\d:\d\d)(?:\.(\d+))?/.exec(iso || "");
     return m ? m[1] + "." + (m[2] || "").padEnd(3, "0").slice(0, 3) : "";
@@ -66,14 +71,16 @@
     const token = sessionStorage.getItem("run-journal-token");
     return Object.assign(token ? { Authorization: "Bearer " + token } : {}, extra || {});
   }
-  async function api(path, params) {
+  async function api(path, params, payload) {   // a GET, or with a payload a POST of JSON
     const query = new URLSearchParams();
     for (const [key, value] of Object.entries(params || {})) {
       if (value === null || value === undefined) continue;
       for (const item of Array.isArray(value) ? value : [value]) query.append(key, String(item));
     }
     const text = query.toString();
-    const response = await fetch("api/" + path + (text ? "?" + text : ""), { headers: headers() });
+    const init = payload === undefined ? { headers: headers() }
+      : { method: "POST", headers: headers({ "Content-Type": "application/json" }), body: JSON.stringify(payload) };
+    const response = await fetch("api/" + path + (text ? "?" + text : ""), init);
     let body = null;
     try { body = await response.json(); } catch (_) { body = null; }
     if (!response.ok) throw new HttpError(response.status, body);
@@ -88,6 +95,9 @@
   }
   function setCrumbs(items) {
     fill(crumbs);
+    const nav = document.getElementById("sections");
+    if (nav && !nav.childElementCount) nav.append(h("a", { href: "#/" }, "threads"), h("a", { href: "#/runs" }, "runs"),
+      h("a", { href: "#/usage" }, "usage"));
     items.forEach(([text, href], i) => {
       if (i) crumbs.append(h("span", { class: "sep" }, "/"));
       crumbs.append(href ? h("a", { href }, text) : h("span", {}, text));
@@ -102,6 +112,8 @@
       else if (parts[0] === "t" && parts[2] === "compare" && parts.length === 3) {
         await compareView(parts[1], query.get("a"), query.get("b"), token);
       }
+      else if (parts[0] === "runs" && parts.length === 1) await runsView(query, token);
+      else if (parts[0] === "usage" && parts.length === 1) await usageView(query, token);
       else if (parts[0] === "t" && parts[2] === "r" && parts.length === 4) {
         await runView(parts[1], parts[3], Number(query.get("after") || 0), token);
       } else await threadsView(query.get("after"), token);
@@ -157,6 +169,135 @@
           "took", "first message"].map((name, i) =>
           h("th", { class: (i >= 1 && i <= 4) || i === 7 ? "num" : null }, name)))),
         h("tbody", {}, rows)) : h("p", { class: "muted" }, "No threads in this store yet."), pager));
+  }
+
+  // -- runs of every thread, filtered --------------------------------------------------------------
+  const RANGES = [["", "any time"], ["1h", "last hour"], ["1d", "last 24 hours"], ["7d", "last 7 days"], ["30d", "last 30 days"]];
+  const STATUSES = ["", "success", "error", "interrupted", "cancelled", "running", "pending", "timed_out"];
+  function textMatches(run, text) {
+    if (!text) return true;
+    const hay = [run.run_id, run.thread_id, run.first_human_message, run.last_ai_message, run.error]
+      .filter(Boolean).join("\n").toLowerCase();
+    return hay.includes(text.toLowerCase());
+  }
+  async function runsView(query, token) {
+    setCrumbs([["threads", "#/"], ["runs", null]]);
+    const filters = { status: query.get("status") || "", range: query.get("range") || "", model: query.get("model") || "",
+      tool: query.get("tool") || "", text: query.get("text") || "" };
+    const page = await api("runs", { status: filters.status || null, since: filters.range || null,
+      model: filters.model || null, tool: filters.tool || null, limit: 50, cursor: query.get("cursor") });
+    if (token !== view) return;
+    const input = (name, label) => h("label", {}, label, h("input", { name, value: filters[name], "aria-label": label,
+      placeholder: name === "text" ? "words in the messages" : name === "tool" ? "a tool name" : "a model name" }));
+    const choose = (name, options, label) => h("label", {}, label, h("select", { name, "aria-label": label },
+      options.map(([value, text]) => h("option", { value, selected: filters[name] === value }, text))));
+    const form = h("form", { class: "filters", id: "run-filters", onsubmit: (event) => {
+      event.preventDefault();
+      const chosen = new URLSearchParams();
+      for (const [key, value] of new FormData(form)) if (value) chosen.set(key, String(value));
+      location.hash = "#/runs" + (chosen.toString() ? "?" + chosen : "");
+    } }, choose("status", STATUSES.map((st) => [st, st || "any status"]), "status"), choose("range", RANGES, "started"),
+      input("model", "model"), input("tool", "tool"), input("text", "text"), h("button", { type: "submit" }, "Filter"),
+      h("a", { class: "button", href: "#/runs" }, "Clear"));
+    const shown = page.data.filter((r) => textMatches(r, filters.text));
+    const rows = shown.map((r) => h("tr", { "data-run": r.run_id },
+      h("td", { class: "mono" }, h("a", { href: "#/t/" + enc(r.thread_id) + "/r/" + enc(r.run_id) }, r.run_id)),
+      h("td", { class: "mono" }, h("a", { href: "#/t/" + enc(r.thread_id) }, r.thread_id)),
+      h("td", {}, pill(r.status)), h("td", {}, when(r.started_at)), h("td", { class: "num" }, took(r.duration_ms)),
+      h("td", { class: "num" }, num(r.usage.llm_calls)), h("td", { class: "num" }, num(r.usage.total_tokens)),
+      h("td", { class: "num" }, cost(r.usage.cost_usd)), h("td", { class: "clip" }, oneLine(r.first_human_message || "", 80))));
+    const again = new URLSearchParams(query);
+    again.set("cursor", page.next_cursor || "");
+    fill(main, h("h1", {}, "Runs"),
+      h("div", { class: "panel" }, form,
+        shown.length ? h("table", { id: "all-runs" }, h("thead", {}, h("tr", {}, ["run", "thread", "status", "started (UTC)", "took",
+          "model calls", "tokens", "cost", "first message"].map((name, i) => h("th", { class: i >= 4 && i <= 7 ? "num" : null }, name)))),
+        h("tbody", {}, rows)) : h("p", { class: "muted", id: "no-runs" }, "No run matches these filters."),
+        h("div", { class: "pager" },
+          query.get("cursor") ? h("a", { class: "button", href: "#/runs?" + new URLSearchParams([...query].filter(([k]) => k !== "cursor")) }, "« Newest") : null,
+          page.has_more && page.next_cursor ? h("a", { class: "button", id: "older-runs", href: "#/runs?" + again }, "Older runs ›") : null,
+          h("span", { class: "muted" }, shown.length + " run(s)" + (filters.text && shown.length !== page.data.length
+            ? " of " + page.data.length + " on this page match the text" : "") + ", newest first"))));
+  }
+
+  // -- cost and tokens per day ----------------------------------------------------------------------
+  async function usageView(query, token) {
+    setCrumbs([["threads", "#/"], ["usage", null]]);
+    const range = query.get("range") || "30d";
+    const [days, models, callers] = await Promise.all(["day", "model", "caller"].map((by) => api("usage", { by, since: range })));
+    if (token !== view) return;
+    const table = (title, found) => h("div", { class: "panel" }, h("h2", {}, title), h("table", { class: "usage-table" },
+      h("thead", {}, h("tr", {}, ["", "runs", "model calls", "tokens", "cost"].map((n, i) => h("th", { class: i ? "num" : null }, n)))),
+      h("tbody", {}, usageRows(found).map((u) => h("tr", { "data-key": u.key }, h("td", { class: "mono" }, u.key),
+        h("td", { class: "num" }, num(u.runs)), h("td", { class: "num" }, num(u.llm_calls)),
+        h("td", { class: "num" }, num(u.total_tokens)), h("td", { class: "num", title: u.unpriced ? u.unpriced + " run(s) of unknown price" : null },
+          cost(u.cost_usd) + (u.unpriced ? " + ?" : "")))))));
+    fill(main, h("h1", {}, "Usage"),
+      h("div", { class: "panel" }, h("div", { class: "pager" }, RANGES.slice(1).map(([value, text]) =>
+        h("a", { class: "button" + (value === range ? " current" : ""), href: "#/usage?range=" + value }, text))),
+        h("h2", {}, "Cost and tokens per day (UTC)"), dayChart(usageRows(days).filter((d) => /^\d{4}-\d\d-\d\d$/.test(d.key)))),
+      h("div", { class: "grid2" }, table("By model", models), table("By caller", callers)));
+  }
+  function usageRows(found) {   // /api/usage buckets; a bucket with unpriced calls shows the cost that is known
+    return (found.data || []).map((b) => {
+      const u = b.usage || {};
+      return { key: b.key, runs: b.runs, llm_calls: u.llm_calls, total_tokens: u.total_tokens || 0,
+        cost_usd: u.cost_usd ?? b.known_cost_usd ?? null, unpriced: b.unpriced_runs || 0 };
+    });
+  }
+  const SVG = "http://www.w3.org/2000/svg";
+  function svg(tag, attrs, ...children) {
+    const el = document.createElementNS(SVG, tag);
+    for (const [key, value] of Object.entries(attrs || {})) el.setAttribute(key, value);
+    for (const child of children) el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    return el;
+  }
+  function everyDay(days) {   // the days between the first and the last, those without runs as zero
+    const byKey = new Map(days.map((d) => [d.key, d]));
+    const out = [];
+    const last = Date.parse(days[days.length - 1].key + "T00:00:00Z");
+    for (let t = Date.parse(days[0].key + "T00:00:00Z"); t <= last && out.length < 1000; t += 86400e3) {
+      const key = new Date(t).toISOString().slice(0, 10);
+      out.push(byKey.get(key) || { key, runs: 0, llm_calls: 0, total_tokens: 0, cost_usd: 0, unpriced: 0 });
+    }
+    return out;
+  }
+  function dayChart(found) {   // tokens as bars (left scale), cost as a line (right scale); one column a day
+    if (!found.length) return h("p", { class: "muted", id: "day-chart" }, "No runs in this time range.");
+    const days = everyDay(found);
+    const W = 900, H = 240, L = 64, R = 64, T = 14, B = 36;
+    const width = (W - L - R) / days.length;
+    const topTokens = Math.max(1, ...days.map((d) => d.total_tokens || 0));
+    const topCost = Math.max(1e-9, ...days.map((d) => d.cost_usd || 0));
+    const y = (value, top) => T + (H - T - B) * (1 - value / top);
+    const chart = svg("svg", { id: "day-chart", viewBox: "0 0 " + W + " " + H, role: "img",
+      "aria-label": "tokens and cost per day", class: "day-chart" });
+    for (const f of [0, 0.5, 1]) {
+      chart.append(svg("line", { x1: L, x2: W - R, y1: y(topTokens * f, topTokens), y2: y(topTokens * f, topTokens), class: "grid" }),
+        svg("text", { x: L - 6, y: y(topTokens * f, topTokens) + 4, class: "axis tokens", "text-anchor": "end" }, num(Math.round(topTokens * f))),
+        svg("text", { x: W - R + 6, y: y(topCost * f, topCost) + 4, class: "axis cost" }, cost(topCost * f)));
+    }
+    const every = Math.max(1, Math.ceil(days.length / 10));
+    const points = [];
+    days.forEach((d, i) => {
+      const x = L + i * width;
+      const top = y(d.total_tokens || 0, topTokens);
+      chart.append(svg("rect", { x: x + width * 0.15, y: top, width: width * 0.7, height: H - B - top, class: "bar-tokens",
+        "data-day": d.key, "data-tokens": d.total_tokens || 0 }, svg("title", {}, d.key + ": " + num(d.total_tokens) + " tokens, " +
+        cost(d.cost_usd) + (d.runs !== null ? ", " + num(d.runs) + " run(s)" : ""))));
+      if (i % every === 0) chart.append(svg("text", { x: x + width / 2, y: H - B + 16, class: "axis", "text-anchor": "middle" }, d.key.slice(5)));
+      if (d.cost_usd !== null) points.push([x + width / 2, y(d.cost_usd, topCost), d]);
+    });
+    if (points.length) {
+      chart.append(svg("polyline", { points: points.map(([px, py]) => px + "," + py).join(" "), class: "line-cost" }));
+      for (const [px, py, d] of points) {
+        chart.append(svg("circle", { cx: px, cy: py, r: 3.5, class: "dot-cost" + (d.unpriced ? " unpriced" : ""), "data-day": d.key,
+          "data-cost": d.cost_usd }, svg("title", {}, d.key + ": " + cost(d.cost_usd) +
+          (d.unpriced ? " known; " + d.unpriced + " run(s) of unknown price" : ""))));
+      }
+    }
+    return h("div", { class: "chart" }, chart, h("div", { class: "legend" }, h("span", {}, h("i", { class: "in" }), "tokens (left)"),
+      h("span", {}, h("i", { class: "cost" }), "cost in USD (right)")));
   }
 
   // -- a thread -------------------------------------------------------------------------------------
@@ -300,7 +441,7 @@
       stat(when(r.started_at), "started (UTC)"), stat(took(r.duration_ms), "duration"),
       stat(num(r.usage.llm_calls), "model calls"),
       stat(num(r.usage.input_tokens) + " / " + num(r.usage.output_tokens), "tokens in / out"),
-      stat(cost(r.usage.cost_usd), "cost"),
+      stat(cost(r.usage.cost_usd), r.cost_note ? h("span", { id: "cost-note", title: r.cost_note }, "cost: " + oneLine(r.cost_note, 90)) : "cost"),
       stat(num(r.tool_call_count) + (r.tool_error_count ? " (" + r.tool_error_count + " failed)" : ""), "tool calls"),
       stat(num(r.message_count), "messages"),
       r.resumed_from ? stat(h("a", { href: "#/t/" + enc(state.threadId) + "/r/" + enc(r.resumed_from) },
@@ -591,18 +732,48 @@
     if (value === "down") return "▼ down";
     return String(value);
   }
+  function scoreItem(seq, c) {
+    const good = c.value === true || c.value === "up" || (typeof c.value === "number" && c.value > 0);
+    const bad = c.value === false || c.value === "down";
+    return h("li", { "data-seq": seq, "data-name": c.name },
+      h("span", { class: "score-name mono" }, c.name), " ",
+      h("span", { class: "pill " + (good ? "st-success" : bad ? "st-error" : "") }, scoreValue(c.value)), " ",
+      h("span", { class: "muted" }, c.source || ""), c.comment ? [" ", h("q", {}, c.comment)] : null);
+  }
+  // Feedback is written only by a server that runs with a token: one that asked this tab for its token.
+  const canWrite = () => sessionStorage.getItem("run-journal-token") !== null;
   function scoresPanel(state, found) {
-    const list = h("ul", { class: "scores", id: "scores" }, found.data.map((e) => {
-      const c = e.content || {};
-      const good = c.value === true || c.value === "up" || (typeof c.value === "number" && c.value > 0);
-      const bad = c.value === false || c.value === "down";
-      return h("li", { "data-seq": e.seq, "data-name": c.name },
-        h("span", { class: "score-name mono" }, c.name), " ",
-        h("span", { class: "pill " + (good ? "st-success" : bad ? "st-error" : "") }, scoreValue(c.value)), " ",
-        h("span", { class: "muted" }, c.source || ""), c.comment ? [" ", h("q", {}, c.comment)] : null);
-    }));
-    if (!found.data.length) return null;
-    return h("div", { class: "panel", id: "scores-panel" }, h("h2", {}, "Scores"), list);
+    const list = h("ul", { class: "scores", id: "scores" }, found.data.map((e) => scoreItem(e.seq, e.content || {})));
+    if (!found.data.length && !canWrite()) return null;
+    return h("div", { class: "panel", id: "scores-panel" }, h("h2", {}, "Scores"), list,
+      canWrite() ? feedbackForm(state, list) : null);
+  }
+  function feedbackForm(state, list) {
+    const comment = h("input", { name: "comment", "aria-label": "comment", placeholder: "a comment (optional)", maxlength: "2000" });
+    const said = h("span", { class: "muted", id: "feedback-said", role: "status" });
+    const give = async (value, button) => {
+      for (const b of form.querySelectorAll("button")) b.disabled = true;
+      said.textContent = "sending…";
+      try {
+        const score = await api(state.base + "/feedback", null, { value, comment: comment.value || null });
+        list.append(scoreItem(score.seq, score));
+        comment.value = "";
+        said.textContent = "Thanks: recorded as " + score.name + " = " + scoreValue(score.value) + ".";
+      } catch (error) {
+        said.textContent = error instanceof HttpError && error.status === 403
+          ? "This server takes no feedback (it runs without a token)." : "Not recorded: " + error.message;
+      } finally {
+        for (const b of form.querySelectorAll("button")) b.disabled = false;
+        button.blur();
+      }
+    };
+    const up = h("button", { type: "button", class: "thumb up", "data-value": "up", title: "thumbs up" }, "▲ Good");
+    const down = h("button", { type: "button", class: "thumb down", "data-value": "down", title: "thumbs down" }, "▼ Bad");
+    up.addEventListener("click", () => give("up", up));
+    down.addEventListener("click", () => give("down", down));
+    const form = h("form", { class: "feedback", id: "feedback", onsubmit: (event) => event.preventDefault() },
+      h("span", {}, "Your feedback:"), up, down, comment, said);
+    return form;
   }
 
   // -- subagent task cards --------------------------------------------------------------------------
