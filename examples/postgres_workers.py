@@ -8,9 +8,9 @@ follower process prints each event as it is committed (``store.follow``, woken b
     python examples/postgres_workers.py [postgresql://user@host/db[?schema=name]]
 
 The URL defaults to ``$RUN_JOURNAL_POSTGRES_URL`` or ``postgresql://postgres@127.0.0.1:5432/test``.
-With no server reachable it prints why and exits with status 0 ("skipped"). Each invocation uses a
-thread and run ids of its own (run ids are unique in a store), so it can run again and again against
-the same database.
+With no server reachable, or without the asyncpg driver, it prints why and exits with status 0
+("skipped"). Each invocation uses a thread and run ids of its own (run ids are unique in a store),
+so it can run again and again against the same database.
 """
 
 from __future__ import annotations
@@ -102,6 +102,12 @@ async def reachable(url: str) -> str | None:
 
 def main() -> int:
     url = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("RUN_JOURNAL_POSTGRES_URL", DEFAULT_URL)
+    try:
+        import asyncpg  # noqa: F401 - only checks the driver is installed
+    except ImportError:
+        print("skipped: the PostgreSQL driver asyncpg is not installed "
+              "(pip install 'run-journal[postgres]'); the server was not tried")
+        return 0
     problem = asyncio.run(reachable(url))
     if problem is not None:
         print(f"skipped: no PostgreSQL server reachable at {url} ({problem})")

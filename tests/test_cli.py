@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
+import re
 import signal
 import sqlite3
 import subprocess
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 from conftest import backend_url
 
-from run_journal import RunEventStore, RunRow, UsageTotals, open_store
+from run_journal import NewEvent, RunEventStore, RunRow, UsageTotals, open_store
 from run_journal.bodies import Body
 from run_journal.cli import main
 from run_journal.contract import validate_record
@@ -176,17 +177,34 @@ def test_threads_and_runs(cli: Cli, shared_url: str) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split()[:3] == ["thread", "events", "runs"]
-    assert [line.split()[:3] for line in lines[1:]] == [["t1", "10", "2"], ["t2", "10", "2"]]
+    assert [line.split()[:3] for line in lines[1:]] == [["t2", "10", "2"], ["t1", "10", "2"]]  # ties: id
     assert "\x1b[" not in result.stdout
     rows = [json.loads(line) for line in cli(shared_url, "threads", "--json").stdout.splitlines()]
-    assert rows[0] == {"thread_id": "t1", "events": 10, "runs": 2, "last_status": "error",
-                       "last_started_at": (START + timedelta(seconds=8)).isoformat(timespec="seconds")}
+    assert rows[1] == {"thread_id": "t1", "events": 10, "runs": 2, "last_status": "error",
+                       "last_started_at": (START + timedelta(seconds=8)).isoformat(timespec="seconds"),
+                       "last_activity_at": (START + timedelta(seconds=9)).isoformat(timespec="seconds")}
     runs = cli(shared_url, "runs", "t1")
     assert runs.returncode == 0
-    assert [line.split()[:2] for line in runs.stdout.splitlines()[1:]] == [["r1", "success"], ["r2", "error"]]
+    assert [line.split()[:2] for line in runs.stdout.splitlines()[1:]] == [["r2", "error"], ["r1", "success"]]
     as_json = cli(shared_url, "runs", "t1", "--json").stdout.splitlines()
     parsed = [RunRow.from_dict(json.loads(line)) for line in as_json]
-    assert [row.usage.total_tokens for row in parsed] == [15, 0]
+    assert [row.usage.total_tokens for row in parsed] == [0, 15]
+
+
+def test_threads_are_listed_by_latest_activity_most_recent_first(cli: Cli, url: str) -> None:
+    later = [e("t1", "r1", "tool.call", "trace", {"tool_name": "late"}, 600)]  # t1 is active again
+
+    async def touch() -> None:
+        async with open_store(url) as store:
+            await store.put_batch([NewEvent(**event) for event in later])
+            await store.put_batch([NewEvent(**e("t0", "t0r1", "run.start", "trace", {}, 300))])
+
+    asyncio.run(touch())
+    listed = [line.split()[0] for line in cli(url, "threads").stdout.splitlines()[1:]]
+    assert listed == ["t1", "t0", "t2"]
+    as_json = [json.loads(line) for line in cli(url, "threads", "--json").stdout.splitlines()]
+    assert [row["last_activity_at"] for row in as_json] == [
+        (START + timedelta(seconds=n)).isoformat(timespec="seconds") for n in (600, 300, 9)]
 
 
 def test_show_prints_a_timeline_and_totals(cli: Cli, shared_url: str) -> None:
@@ -332,11 +350,11 @@ def test_run_ids_can_be_shortened_to_a_unique_prefix(cli: Cli, prefixed_url: str
 
 def test_listings_show_short_ids_unless_asked_and_json_keeps_them_whole(cli: Cli, prefixed_url: str) -> None:
     runs = cli(prefixed_url, "runs", "p").stdout.splitlines()
-    assert [line.split()[0] for line in runs[1:]] == ["8f3a9c21d", "8f3a9c21f"]  # 8 would be the same
+    assert [line.split()[0] for line in runs[1:]] == ["8f3a9c21f", "8f3a9c21d"]  # 8 would be the same
     full = cli(prefixed_url, "runs", "p", "--full-ids").stdout.splitlines()
-    assert [line.split()[0] for line in full[1:]] == [ALPHA, BRAVO]
+    assert [line.split()[0] for line in full[1:]] == [BRAVO, ALPHA]  # newest first
     assert [json.loads(line)["run_id"] for line in
-            cli(prefixed_url, "runs", "p", "--json").stdout.splitlines()] == [ALPHA, BRAVO]
+            cli(prefixed_url, "runs", "p", "--json").stdout.splitlines()] == [BRAVO, ALPHA]
     events = cli(prefixed_url, "events", "p").stdout.splitlines()[1:]
     assert [line.split()[2] for line in events] == ["8f3a9c21d", "8f3a9c21d", "8f3a9c21f", "8f3a9c21f",
                                                     "5b6e7d1a", "5b6e7d1a"]
@@ -412,6 +430,9 @@ def test_export_writes_jsonl_records(cli: Cli, shared_url: str, tmp_path: Path) 
     assert result.returncode == 0
     assert len(target.read_text().splitlines()) == 20
     assert "exported 20 events from 2 thread(s)" in result.stderr
+    unwritable = cli(shared_url, "export", "--output", str(tmp_path / "missing" / "all.jsonl"))
+    assert_one_line_error(unwritable, 2, f"cannot write {tmp_path / 'missing' / 'all.jsonl'}: ")
+    assert "store" not in unwritable.stderr  # the file's fault, not the store's
 
 
 async def dump(url: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -549,6 +570,7 @@ def test_ctrl_c_anywhere_is_status_130_without_a_traceback(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(RunEventStore, "list_threads", interrupted)
+    monkeypatch.setattr(RunEventStore, "list_recent_threads", interrupted)
     assert cli(sqlite_url, *command) == Done(130, "", "")
 
 
@@ -738,3 +760,147 @@ def test_prune_and_reconcile_read_durations_alike(cli: Cli, sqlite_url: str) -> 
         bad = cli(sqlite_url, *args, "soon")
         assert bad.returncode == 2
         assert "not a duration: 'soon' (e.g. 90s, 30m, 2h, 1d, 2w)" in bad.stderr
+
+
+# -- store URLs in messages: the password hidden, the failing store named ------------------------------
+PASSWORD = "hunter2-not-shown"
+COMMAND_ARGS: dict[str, list[str]] = {
+    "threads": [], "runs": ["t1"], "show": ["r1"], "events": ["t1"], "tail": ["t1"], "verify": [],
+    "export": [], "import": ["-"], "copy": ["memory://"], "usage": [],
+    "reconcile": ["--older-than", "1h"],
+    "serve": ["--port", "0"], "reprice": [], "prune": ["--older-than", "30d"], "check": ["suite.yaml"],
+    "diff": ["r1", "r2"],
+}
+
+
+def commands_of_help(cli: Cli) -> set[str]:
+    """The commands ``--help`` lists: a new command must be added to COMMAND_ARGS."""
+    text = cli("--help").stdout.split("COMMAND", 2)[2].split("\n\n", 1)[0]
+    return {match[1] for line in text.splitlines() if (match := re.match(r"    (\w[\w-]*)\s", line))}
+
+
+def assert_hidden(done: Done, code: int, needle: str) -> None:
+    assert_one_line_error(done, code, needle)
+    assert PASSWORD not in done.stdout + done.stderr
+    assert "***" in done.stderr
+
+
+def test_every_command_fails_on_an_unreachable_store_naming_it_without_its_password(cli: Cli) -> None:
+    assert commands_of_help(cli) == set(COMMAND_ARGS)
+    postgres = f"postgresql://postgres:{PASSWORD}@127.0.0.1:9/nothing"
+    redis = f"redis://:{PASSWORD}@127.0.0.1:9/0"
+    misspelt = f"postgresq://someone:{PASSWORD}@db.example/journal"
+    for command, args in COMMAND_ARGS.items():
+        role = "source store" if command == "copy" else "store"
+        assert_hidden(cli(postgres, command, *args), 1,
+                      f"{role} postgresql://postgres:***@127.0.0.1:9/nothing: ")
+        assert_hidden(cli(redis, command, *args), 1, f"{role} redis://:***@127.0.0.1:9/0: ")
+        assert_hidden(cli(misspelt, command, *args), 2, "unknown store URL scheme 'postgresq'")
+        assert_hidden(cli(f"postgresql+psycopg://u:{PASSWORD}@h/db", command, *args), 2, "asyncpg")
+
+
+def test_copy_and_prune_name_the_destination_or_archive_that_failed(cli: Cli, sqlite_url: str) -> None:
+    unreachable = f"postgresql://postgres:{PASSWORD}@127.0.0.1:9/nothing"
+    assert_hidden(cli(sqlite_url, "copy", unreachable), 1,
+                  "destination postgresql://postgres:***@127.0.0.1:9/nothing: ConnectionRefusedError")
+    assert_hidden(cli(sqlite_url, "prune", "--older-than", "30d", "--archive", unreachable), 1,
+                  "archive postgresql://postgres:***@127.0.0.1:9/nothing: cannot be opened: "
+                  "ConnectionRefusedError")
+    assert cli(sqlite_url, "threads").stdout.count("\n") == 3  # nothing was removed
+
+
+def test_an_archive_that_fails_while_copying_is_named_not_the_source(cli: Cli, sqlite_url: str,
+                                                                       tmp_path: Path) -> None:
+    import sqlite3
+
+    archive = f"sqlite:///{tmp_path}/archive.db"
+    asyncio.run(open_store(archive).setup())
+    with sqlite3.connect(tmp_path / "archive.db") as connection:  # the archive's disk "fills up"
+        connection.execute("CREATE TRIGGER full BEFORE INSERT ON run_journal_events "
+                           "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
+    done = cli(sqlite_url, "prune", "--older-than", "30d", "--archive", archive)
+    assert_one_line_error(done, 1, f"archive {archive}: while copying thread 't1': ")
+    assert "disk is full" in done.stderr
+    assert sqlite_url not in done.stderr
+    listed = cli(sqlite_url, "threads").stdout
+    assert "t1" in listed
+    assert "t2" in listed
+
+
+# -- a newcomer's command lines ----------------------------------------------------------------------
+@pytest.mark.parametrize(("typed", "meant"), [
+    ("sqlite:journal.db", "sqlite:///journal.db"), ("jsonl:dir", "jsonl:///dir"),
+    ("sqlite:", "sqlite:///journal.db"), ("jsonl:", "jsonl:///journal"), ("sqlite://act.db", "sqlite:///act.db"),
+    ("sqlite:/var/lib/j.db", "sqlite:////var/lib/j.db"), ("SQLite:j.db", "SQLite:///j.db"),
+    ("sqlite:///", "sqlite:///journal.db"),
+])
+def test_a_file_url_without_its_slashes_is_one_line_with_the_corrected_url(
+    cli: Cli, typed: str, meant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for command in (["threads"], ["runs", "t1"], ["copy", "memory://"]):
+        assert_one_line_error(cli(typed, *command), 2, f"{typed!r} is not a store URL: did you mean {meant}?")
+    assert list(tmp_path.iterdir()) == []  # nothing created
+
+
+def test_the_command_before_the_url_says_the_url_comes_first(cli: Cli, sqlite_url: str) -> None:
+    assert_one_line_error(cli("threads", sqlite_url), 2,
+                          f"the store URL comes first, then the command: run-journal {sqlite_url} threads")
+    assert_one_line_error(cli("--traceback", "runs", sqlite_url, "t1", "--json"), 2,
+                          f"run-journal --traceback {sqlite_url} runs t1 --json")
+    hidden = cli("events", "postgresql://ada:hunter2@db/app", "t1")
+    assert_one_line_error(hidden, 2, "run-journal postgresql://ada:***@db/app events t1")
+    assert "hunter2" not in hidden.stderr
+    assert_one_line_error(cli("threads"), 2, "run-journal URL threads")
+    assert cli(sqlite_url, "threads").returncode == 0
+    assert cli("copy", sqlite_url, "memory://").returncode == 0  # copy SRC DST stays accepted
+
+
+# -- costs -------------------------------------------------------------------------------------------
+def test_a_tiny_cost_is_not_shown_as_free_and_an_unknown_one_says_why(cli: Cli, url: str) -> None:
+    tiny = UsageTotals(input_tokens=3, output_tokens=1, total_tokens=4, llm_calls=1, cost_usd=0.00002)
+    unpriced = UsageTotals(input_tokens=3, output_tokens=1, total_tokens=4, llm_calls=1, cost_usd=None)
+    note = "no price for model 'acme-llm-7b' in genai-prices 0.0.99"
+
+    async def write() -> None:
+        async with open_store(url) as store:
+            await store.put_batch([NewEvent(**e("costs", "tiny-run", "run.start", "trace", {}, 20)),
+                                   NewEvent(**e("costs", "unpriced-run", "run.start", "trace", {}, 30))])
+            await store.put_run(RunRow(run_id="tiny-run", thread_id="costs", status="success",
+                                       started_at=START, usage=tiny, usage_by_model={"small": tiny}))
+            await store.put_run(RunRow(run_id="unpriced-run", thread_id="costs", status="success",
+                                       started_at=START + timedelta(seconds=30), usage=unpriced,
+                                       usage_by_model={"acme-llm-7b": unpriced}, cost_note=note))
+
+    asyncio.run(write())
+    runs = cli(url, "runs", "costs", "--full-ids").stdout
+    assert "<$0.0001" in runs
+    assert "$0.0000" not in runs
+    assert f"cost unknown for run unpriced-run: {note}" in runs
+    assert "pricing=" in runs
+    assert "docs/costs.md" in runs
+    shown = cli(url, "show", "tiny-run").stdout
+    assert "cost <$0.0001" in shown
+    assert "cost unknown" not in shown
+    unknown = cli(url, "show", "unpriced-run").stdout
+    assert f"cost unknown for run unpriced-run: {note}" in unknown
+    assert "reprice --pricing FILE" in unknown
+    usage = cli(url, "usage", "costs", "--full-ids").stdout
+    assert "<$0.0001" in usage
+    assert note in usage
+
+
+@pytest.mark.slow
+def test_a_missing_driver_is_named_not_blamed_on_the_server() -> None:
+    probe = ("import sys\nsys.modules['asyncpg'] = None\nsys.modules['redis'] = None\n"
+             "from run_journal.cli import main\n"
+             "sys.exit(main([sys.argv[1], 'threads']))\n")
+    for url, needle in (("postgresql://ada:hunter2@127.0.0.1:9/app",
+                         "PostgreSQL stores need the asyncpg driver: pip install 'run-journal[postgres]'"),
+                        ("redis://127.0.0.1:9/0", "redis:// stores need the redis client: "
+                                                  "pip install 'run-journal[redis]'")):
+        done = subprocess.run([sys.executable, "-c", probe, url], capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert_one_line_error(Done(done.returncode, done.stdout, done.stderr), 2, needle)
+        assert "hunter2" not in done.stderr
+        assert "Connect" not in done.stderr

@@ -153,7 +153,7 @@ def test_tool_agent_prices_the_run(tmp_path: Path) -> None:
 
 def test_interrupt_then_resume_names_the_interrupted_run(tmp_path: Path) -> None:
     first_runs = []
-    for _ in range(2):  # memory:// and an in-memory checkpointer: every run starts afresh
+    for _ in range(2):  # a thread of its own each time in the same journal.db
         out = run_example("interrupt_resume.py", tmp_path)
         runs = re.findall(r"^run (\w+): status (\w+), resumed_from (\w+)$", out, re.MULTILINE)
         assert [status for _, status, _ in runs] == ["interrupted", "success"]
@@ -166,8 +166,41 @@ def test_interrupt_then_resume_names_the_interrupted_run(tmp_path: Path) -> None
             ("1", "run.start"), ("2", "llm.human.input"), ("3", "run.interrupt"),
             ("4", "run.start"), ("5", "llm.ai.response"), ("6", "run.end"),
         ]
-        assert out.rstrip().endswith("second run resumes the first: True")
+        assert "second run resumes the first: True" in out
+        hint = out.rstrip().splitlines()[-1]
+        assert hint == f"browse the interrupted run: run-journal sqlite:///journal.db show {first}"
+        shown = subprocess.run([str(BIN / "run-journal"), *shlex.split(hint.split(": ", 1)[1])[1:]],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True).stdout
+        assert "run.interrupt" in shown
+        assert "status interrupted" in shown
     assert first_runs[0] != first_runs[1]
+    with sqlite3.connect(tmp_path / "journal.db") as connection:  # both invocations, kept on disk
+        threads = connection.execute("SELECT DISTINCT thread_id FROM run_journal_events").fetchall()
+    assert len(threads) == 2
+
+
+def test_postgres_workers_names_a_missing_driver_not_the_server(tmp_path: Path) -> None:
+    python = make_virtualenv(tmp_path, with_script=False)
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site_packages = subprocess.run([str(python), "-c", where], capture_output=True, text=True,
+                                   check=True).stdout.strip()
+    Path(site_packages, "zz_no_asyncpg.pth").write_text("import sys; sys.modules['asyncpg'] = None\n")
+    out = run_example("postgres_workers.py", tmp_path, "postgresql://postgres@127.0.0.1:5432/test",
+                      python=str(python))
+    assert out.startswith("skipped: the PostgreSQL driver asyncpg is not installed "
+                          "(pip install 'run-journal[postgres]')")
+    assert "reachable" not in out
+
+
+def test_the_examples_workspace_and_journal_are_ignored_by_git() -> None:
+    root = EXAMPLES.parent
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    for path in ("examples/workspace/notes.txt", "workspace/notes.txt", "examples/journal.db", "journal.db"):
+        ignored = subprocess.run(["git", "check-ignore", "-q", path], cwd=root, check=False)
+        assert ignored.returncode == 0, path
+    assert subprocess.run(["git", "check-ignore", "-q", "run_journal/workspace/snapshot.py"], cwd=root,
+                          check=False).returncode == 1
 
 
 def test_subagent_steps_read_back_by_task_id_in_pages(tmp_path: Path) -> None:

@@ -118,33 +118,36 @@ async def test_threads_page_by_page_with_counts_and_latest_run(store: RunEventSt
             assert page["next_after"] is None
             break
         after = page["next_after"]
-    assert seen == ["t0", "t1", "t2", "t3", "t4"]
+    assert seen == ["t4", "t3", "t2", "t1", "t0"]  # equally recent: the greater id first
     first = (await get_json(client, "/api/threads", limit=1))["data"][0]
     assert first["run_count"] == 2
     assert first["message_count"] == 6
     assert first["total_tokens"] == 240
     assert first["cost_usd"] == pytest.approx(0.004)
     latest = first["latest_run"]
-    assert latest["run_id"] == "t0-r2"
+    assert latest["run_id"] == "t4-r2"
     assert latest["status"] == "error"
     assert latest["duration_ms"] == 2000
     assert latest["total_tokens"] == 120
-    assert latest["first_human_message"] == "hello from t0-r2"
+    assert latest["first_human_message"] == "hello from t4-r2"
 
 
-async def test_runs_in_start_order_with_usage_by_model_and_caller(store: RunEventStore, client: Any) -> None:
+async def test_runs_newest_first_with_usage_by_model_and_caller(store: RunEventStore, client: Any) -> None:
     for n in range(3):
         await store.put_batch(a_turn(f"r{n}", second=10 * n))
         await store.put_run(row(f"r{n}", second=10 * n, status="running" if n == 2 else "success"))
     page = await get_json(client, f"/api/threads/{T}/runs")
-    assert [run["run_id"] for run in page["data"]] == ["r0", "r1", "r2"]
+    assert [run["run_id"] for run in page["data"]] == ["r2", "r1", "r0"]
     assert page["total"] == 3
     assert page["has_more"] is False
-    first, second = (await get_json(client, f"/api/threads/{T}/runs", limit=2))["data"], \
+    first, second = (await get_json(client, f"/api/threads/{T}/runs", limit=2)), \
         (await get_json(client, f"/api/threads/{T}/runs", limit=2, offset=2))
-    assert [run["run_id"] for run in first] == ["r0", "r1"]
-    assert [run["run_id"] for run in second["data"]] == ["r2"]
+    assert [run["run_id"] for run in first["data"]] == ["r2", "r1"]
+    assert [run["run_id"] for run in second["data"]] == ["r0"]
     assert second["next_offset"] is None
+    by_cursor = await get_json(client, f"/api/threads/{T}/runs", limit=2, after=first["next_after"])
+    assert by_cursor["data"] == second["data"]
+    assert by_cursor["next_after"] is None
 
     run = await get_json(client, f"/api/threads/{T}/runs/r0")
     assert run["row"] is True
@@ -155,6 +158,41 @@ async def test_runs_in_start_order_with_usage_by_model_and_caller(store: RunEven
     assert run["usage_by_model"]["gpt-a"]["input_tokens"] == 60
     assert run["usage_by_caller"]["subagent:researcher"]["total_tokens"] == 35
     assert (await get_json(client, f"/api/threads/{T}/runs/r2"))["duration_ms"] is None
+
+
+async def test_threads_and_runs_are_listed_by_latest_activity_most_recent_first(store: RunEventStore) -> None:
+    """Not by id: the thread written to last comes first, a page at a time, for everyone and within
+    a user's scope (by that user's own newest event)."""
+    await store.put_batch(a_turn("b-r1", thread="b", user="alice", second=0))
+    await store.put_batch(a_turn("c-r1", thread="c", user="bob", second=10))
+    await store.put_batch(a_turn("a-r1", thread="a", user="alice", second=20))
+    await store.put_batch(a_turn("b-r2", thread="b", user="bob", second=30))  # b is active again
+    for run, thread, user, second in (("b-r1", "b", "alice", 0), ("c-r1", "c", "bob", 10),
+                                      ("a-r1", "a", "alice", 20), ("b-r2", "b", "bob", 30)):
+        await store.put_run(row(run, thread=thread, user=user, second=second))
+    for scope, expected in ((None, ["b", "a", "c"]), ("alice", ["a", "b"]), ("bob", ["b", "c"])):
+        app = create_app(store, user_header="X-User") if scope else create_app(store)
+        headers = {"X-User": scope} if scope else {}
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://journal",
+                                     headers=headers) as client:
+            seen: list[str] = []
+            stamps: list[str] = []
+            after = None
+            while True:
+                page = await get_json(client, "/api/threads", limit=1, **({"after": after} if after else {}))
+                seen += [thread["thread_id"] for thread in page["data"]]
+                stamps += [thread["last_activity_at"] for thread in page["data"]]
+                if not page["has_more"]:
+                    break
+                after = page["next_after"]
+            assert seen == expected, scope
+            assert stamps == sorted(stamps, reverse=True)
+            if scope is None:
+                assert stamps[0] == at(30.6).isoformat()
+                runs = await get_json(client, "/api/threads/b/runs")
+                assert [run["run_id"] for run in runs["data"]] == ["b-r2", "b-r1"]
+            bad = await get_json(client, "/api/threads", 400, after="t1")
+            assert "after" in bad["detail"]
 
 
 async def test_a_run_with_events_but_no_row_is_folded_from_its_events(
@@ -450,3 +488,109 @@ async def test_a_user_scope_never_returns_another_users_rows(store: RunEventStor
         review = await get_json(client, "/api/threads/shared/runs/bob-r2/workspace-changes")
         assert review["available"] is True
         assert review["summary_text"] == "bob's files"
+
+
+# -- seq cursors -----------------------------------------------------------------------------------------
+def seq_cursors(app: Any) -> list[tuple[str, str, str]]:
+    """(path, where, name) of every seq cursor the API takes, read from its OpenAPI schema: query
+    parameters named ``*_seq`` and the ``Last-Event-ID`` header, so a new endpoint is covered too."""
+    found = []
+    for path, item in app.openapi()["paths"].items():
+        for parameter in item.get("get", {}).get("parameters", []):
+            name, where = parameter["name"], parameter["in"]
+            if (where == "query" and name.endswith("_seq")) or name.lower() == "last-event-id":
+                found.append((path.format(thread_id=T, run_id="r1"), where, name))
+    return found
+
+
+@pytest.mark.parametrize("value", [str(2**63), str(2**64 + 5), "-1", "1" * 30, "1.5", "x"])
+async def test_every_seq_cursor_out_of_range_is_a_400_naming_it(store: RunEventStore, value: str) -> None:
+    await store.put_batch(a_turn("r1"))
+    app = create_app(store)
+    cursors = seq_cursors(app)
+    assert len(cursors) >= 5
+    assert ("/api/threads/thread-1/events/stream", "header", "last-event-id") in cursors
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://journal") as client:
+        for path, where, name in cursors:
+            if where == "header":
+                response = await client.get(path, headers={name: value})
+                shown = "Last-Event-ID"
+            else:
+                response = await client.get(path, params={name: value})
+                shown = name
+            assert response.status_code == 400, (path, name, response.text)
+            body = response.json()
+            assert body["error"] == "bad_request"
+            assert shown in body["detail"], (path, body)
+        highest = str(2**63 - 1)  # the largest seq is a valid cursor: an empty page, or the end
+        page = await get_json(client, f"/api/threads/{T}/runs/r1/events", after_seq=highest)
+        assert page["data"] == []
+        older = await get_json(client, f"/api/threads/{T}/messages/page", before_seq=highest)
+        assert len(older["data"]) == 3
+
+
+async def test_an_unknown_cost_says_why_in_every_read_of_the_run(store: RunEventStore, client: Any) -> None:
+    note = "no price for model 'acme-llm-7b' in genai-prices 0.0.99"
+    await store.put_batch(a_turn("r1"))
+    unpriced = usage(100, 20, 2, None)
+    await store.put_run(RunRow(run_id="r1", thread_id=T, status="success", started_at=at(0), ended_at=at(1),
+                               usage=unpriced, usage_by_model={"acme-llm-7b": unpriced}, cost_note=note))
+    run = await get_json(client, f"/api/threads/{T}/runs/r1")
+    assert run["usage"]["cost_usd"] is None
+    assert run["cost_note"] == note
+    assert (await get_json(client, f"/api/threads/{T}/runs"))["data"][0]["cost_note"] == note
+    thread = (await get_json(client, "/api/threads"))["data"][0]
+    assert thread["cost_usd"] is None
+    assert thread["cost_note"] == note
+    assert thread["latest_run"]["cost_note"] == note
+
+
+# -- feedback ------------------------------------------------------------------------------------------
+async def test_feedback_is_recorded_as_a_score_of_the_callers_own_run_and_read_back(
+    store: RunEventStore,
+) -> None:
+    await store.put_batch(a_turn("alice-r1", thread="shared", user="alice")
+                          + a_turn("bob-r1", thread="shared", user="bob", second=1))
+    await store.put_run(row("alice-r1", thread="shared", user="alice"))
+    app = create_app(store, token="s3cret", user_header="X-User")
+    alice = {"Authorization": "Bearer s3cret", "X-User": "alice"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://journal") as client:
+        path = "/api/threads/shared/runs/alice-r1/feedback"
+        up = await client.post(path, json={"value": "up", "comment": "spot on"}, headers=alice)
+        assert up.status_code == 201, up.text
+        assert up.json()["value"] == "up"
+        rating = await client.post(path, json={"value": 4, "name": "rating"}, headers=alice)
+        assert rating.status_code == 201
+        run = (await client.get("/api/threads/shared/runs/alice-r1", headers=alice)).json()
+        assert [(s["name"], s["value"], s["source"], s["comment"]) for s in run["scores"]] == [
+            ("feedback", "up", "human", "spot on"), ("rating", 4, "human", None)]
+        events = (await client.get("/api/threads/shared/runs/alice-r1/events", headers=alice,
+                                   params={"event_types": "run.score"})).json()["data"]
+        assert [event["user_id"] for event in events] == ["alice", "alice"]  # the run's owner
+        # a run without a row (bob's) is another user's: unknown to alice, as every read
+        for other in ("/api/threads/shared/runs/bob-r1/feedback", "/api/threads/shared/runs/nope/feedback",
+                      "/api/threads/t-none/runs/alice-r1/feedback"):
+            refused = await client.post(other, json={"value": "down"}, headers=alice)
+            assert refused.status_code == 404, other
+            assert refused.json()["error"] == "not_found"
+        for body in ({"value": "meh"}, {"value": True}, {"value": "up", "comment": "x" * 2001},
+                     {"value": "up", "extra": 1}, {"comment": "no value"}, {"value": "up", "name": "a b"}):
+            bad = await client.post(path, json=body, headers=alice)
+            assert bad.status_code == 400, body
+            assert bad.json()["error"] == "bad_request"
+        assert (await client.post(path, json={"value": "up"}, headers={"X-User": "alice"})).status_code == 401
+        assert (await client.post(path, json={"value": "up"},
+                                  headers={"Authorization": "Bearer s3cret"})).status_code == 401
+    bob = [e for e in await read_all(store, "shared") if e.event_type == "run.score"]
+    assert len(bob) == 2  # nothing but alice's two scores was written
+
+
+async def test_feedback_needs_a_server_with_a_token(store: RunEventStore, client: Any) -> None:
+    await store.put_batch(a_turn("r1"))
+    refused = await client.post(f"/api/threads/{T}/runs/r1/feedback", json={"value": "up"})
+    assert refused.status_code == 403
+    assert refused.json()["error"] == "forbidden"
+    assert "token" in refused.json()["detail"]
+    assert [e for e in await read_all(store, T) if e.event_type == "run.score"] == []
+    assert (await get_json(client, f"/api/threads/{T}/runs/r1"))["scores"] == []

@@ -23,6 +23,7 @@ from starlette.applications import Starlette  # noqa: E402
 from starlette.routing import Mount  # noqa: E402
 
 from run_journal import MemoryRunEventStore, open_store  # noqa: E402
+from run_journal.cli.serve import served_app  # noqa: E402
 from run_journal.http import create_app, router  # noqa: E402
 
 RUN_JOURNAL = str(Path(sys.executable).with_name("run-journal"))
@@ -37,6 +38,7 @@ ENDPOINTS = {
     "/api/threads/{thread_id}/token-usage",
     "/api/threads/{thread_id}/events/stream",
     "/api/threads/{thread_id}/compare",
+    "/api/threads/{thread_id}/runs/{run_id}/feedback",
 }
 
 
@@ -52,7 +54,11 @@ async def test_the_openapi_schema_documents_every_endpoint() -> None:
         schema = (await client.get("/api/openapi.json")).json()
         assert (await client.get("/docs")).status_code == 404  # Swagger UI would load from a CDN
     assert set(schema["paths"]) == ENDPOINTS
-    assert all(set(item) == {"get"} for item in schema["paths"].values())  # read-only
+    writes = {path for path, item in schema["paths"].items() if set(item) != {"get"}}
+    assert writes == {"/api/threads/{thread_id}/runs/{run_id}/feedback"}  # the one write: feedback
+    feedback = schema["paths"]["/api/threads/{thread_id}/runs/{run_id}/feedback"]
+    assert set(feedback) == {"post"}
+    assert set(feedback["post"]["responses"]) >= {"201", "400", "401", "403", "404"}
     events = schema["paths"]["/api/threads/{thread_id}/runs/{run_id}/events"]["get"]
     assert {p["name"] for p in events["parameters"]} >= {"event_types", "task_id", "limit", "after_seq"}
     assert set(events["responses"]) >= {"200", "400", "401", "404"}
@@ -131,7 +137,8 @@ def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
             "asyncio.run(main())\n")
     subprocess.run([sys.executable, "-c", seed], check=True, timeout=60)
     env = {**os.environ, "RUN_JOURNAL_TOKEN": "from-env"}
-    process = subprocess.Popen([RUN_JOURNAL, url, "serve", "--port", "0"], stdout=subprocess.PIPE,
+    process = subprocess.Popen([RUN_JOURNAL, url, "serve", "--port", "0", "--allow-host", "journal.lan"],
+                               stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
     assert process.stdout is not None
     banner = process.stdout.readline()
@@ -153,6 +160,13 @@ def test_serve_listens_on_loopback_asks_for_the_token_and_stops_cleanly_on_ctrl_
         assert answer.status_code == 200
         assert answer.json()["data"][0]["thread_id"] == "t1"
         assert client.get("").status_code == 200
+        rebound = client.get("api/threads", headers={"Authorization": "Bearer from-env",
+                                                     "Host": "attacker.example"})
+        assert rebound.status_code == 400
+        assert rebound.json()["error"] == "bad_request"
+        allowed = client.get("api/threads", headers={"Authorization": "Bearer from-env",
+                                                     "Host": "journal.lan"})
+        assert allowed.status_code == 200
     lines: list[str] = []
 
     def follow() -> None:  # a viewer following the thread when the server is stopped
@@ -194,3 +208,90 @@ def test_serve_help_names_its_options() -> None:
     text: Any = done.stdout
     for option in ("--host", "--port", "--token", "--user-header"):
         assert option in text
+
+
+async def test_errors_outside_a_route_answer_the_documented_json_shape() -> None:
+    app = create_app(await seeded())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://j") as client:
+        for method, path, status, name in (("POST", "/api/threads", 405, "not_allowed"),
+                                           ("DELETE", "/api/threads/t1/runs/r1", 405, "not_allowed"),
+                                           ("PUT", "/", 405, "not_allowed"),
+                                           ("GET", "/api/nothing", 404, "not_found"),
+                                           ("GET", "/api/threads/t1/runs/r1/nothing", 404, "not_found"),
+                                           ("GET", "/elsewhere", 404, "not_found")):
+            response = await client.request(method, path)
+            assert response.status_code == status, (method, path)
+            assert response.headers["content-type"].startswith("application/json")
+            body = response.json()
+            assert set(body) == {"error", "detail"}, body
+            assert body["error"] == name
+            assert body["detail"]
+        not_allowed = await client.post("/api/threads")
+        assert "GET" in not_allowed.headers["allow"]
+
+
+# -- Host names (DNS rebinding) --------------------------------------------------------------------------
+def fill(path: str) -> str:
+    return re.sub(r"\{(\w+)(:\w+)?\}", lambda m: {"thread_id": "t1", "run_id": "r1"}.get(m[1], "x"), path)
+
+
+def every_request(app: Any, store: MemoryRunEventStore) -> list[tuple[str, str]]:
+    """(method, path) of every route the application serves, path parameters filled in: what its
+    OpenAPI schema lists and the application's own routes, in every application mounted in it, and
+    the viewer's routes (outside the schema) wherever an application is."""
+    viewer = [route for route in router(store).routes if not route.include_in_schema]
+    found: list[tuple[str, str]] = []
+
+    def walk(application: Any, prefix: str) -> None:
+        for path, item in application.openapi()["paths"].items():
+            found.extend((method.upper(), prefix + fill(path)) for method in item)
+        for route in [*application.routes, *viewer]:
+            if isinstance(route, Mount):
+                walk(route.app, prefix + route.path)
+            elif hasattr(route, "path"):
+                found.extend((method, prefix + fill(route.path)) for method in sorted(route.methods)
+                             if method != "HEAD")
+
+    walk(app, "")
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("foreign", ["evil.example", "evil.example:8765", "127.0.0.1.evil.example",
+                                     "localhost.evil.example:8765", "", None])
+@pytest.mark.parametrize("compat", [False, True], ids=["api", "compat"])
+async def test_serve_answers_no_foreign_host_on_any_route(foreign: str | None, compat: bool) -> None:
+    store = await seeded()
+    app = served_app(store, token=None, user_header=None, host="127.0.0.1", bound="127.0.0.1",
+                     allow_hosts=["journal.internal"], compat=compat)
+    requests = every_request(app, store)
+    prefix = "/journal" if compat else ""
+    assert {path for _, path in requests} >= {prefix + p.format(thread_id="t1", run_id="r1")
+                                              for p in ENDPOINTS}
+    assert ("GET", "/api/openapi.json") in requests
+    assert ("POST", f"{prefix}/api/threads/t1/runs/r1/feedback") in requests
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://j") as client:
+        for method, path in requests:
+            request = client.build_request(method, path)
+            if foreign is None:
+                del request.headers["host"]
+            else:
+                request.headers["host"] = foreign
+            response = await client.send(request)
+            assert response.status_code == 400, (method, path, foreign)
+            body = response.json()
+            assert body["error"] == "bad_request"
+            assert "--allow-host" in body["detail"]
+        for host in ("127.0.0.1:8765", "localhost:8765", "LOCALHOST", "[::1]:8765", "journal.internal",
+                     "journal.internal.:80"):
+            answer = await client.get(f"{prefix}/api/threads", headers={"host": host})
+            assert answer.status_code == 200, host
+            assert (await client.get(f"{prefix}/", headers={"host": host})).status_code == 200
+
+
+async def test_serve_on_every_interface_answers_its_addresses_and_allowed_names_only() -> None:
+    app = served_app(await seeded(), token=None, user_header=None, host="0.0.0.0", bound="0.0.0.0",
+                     allow_hosts=["box.lan"])
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://j") as client:
+        for host, status in (("192.168.1.20:8765", 200), ("[fe80::1]:8765", 200), ("box.lan", 200),
+                             ("localhost", 200), ("rebound.example", 400), ("box.lan.example", 400)):
+            assert (await client.get("/api/threads", headers={"host": host})).status_code == status, host

@@ -436,6 +436,7 @@ class Receiver:
         self.requests: list[ExportTraceServiceRequest] = []
         self.paths: list[str] = []
         self.headers: list[dict[str, str]] = []
+        self.status = 200
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -448,7 +449,7 @@ class Receiver:
                 receiver.requests.append(request)
                 receiver.paths.append(self.path)
                 receiver.headers.append(dict(self.headers.items()))
-                self.send_response(200)
+                self.send_response(receiver.status)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -582,3 +583,40 @@ def test_a_sync_run_is_exported_from_the_writer_thread_and_a_dead_collector_fail
     journal.close()  # no JournalError: the dead collector is only logged
     alive.shutdown()
     assert len(receiver.requests) == 1
+
+
+def test_the_export_command_fails_fast_in_one_line_when_the_collector_is_dead_or_refuses(
+        tmp_path: Path, receiver: Receiver, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+    import time
+
+    from run_journal.cli import main
+
+    url = f"sqlite:///{tmp_path}/journal.db"
+
+    async def record() -> None:
+        async with open_store(url) as store:
+            await store.put(thread_id="t1", run_id="r1", event_type="run.start", category="trace")
+            await store.put(thread_id="t1", run_id="r1", event_type="run.end", category="outputs")
+
+    asyncio.run(record())
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        dead = f"http://user:hunter2@127.0.0.1:{closed.getsockname()[1]}"
+    started = time.monotonic()
+    assert main([url, "export", "--format", "otlp", "--endpoint", dead]) == 1
+    took = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "the OTLP collector at http://user:***@127.0.0.1:" in err
+    assert "cannot be reached: Connection refused" in err
+    assert "hunter2" not in err
+    assert "Transient error" not in err
+    assert took < 5  # it took 7 s of the SDK's retries, with three warnings
+    receiver.status = 400
+    assert main([url, "export", "--format", "otlp", "--endpoint", receiver.endpoint]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"the OTLP collector at {receiver.endpoint}/v1/traces did not take run r1" in err
+    assert main([url, "export", "--format", "otlp", "--endpoint", "ftp://collector"]) == 2
+    assert "--endpoint takes an http:// or https:// URL" in capsys.readouterr().err

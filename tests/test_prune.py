@@ -332,3 +332,53 @@ def test_the_command_checks_its_arguments(tmp_path: Path, capsys: pytest.Capture
     assert "not a duration: 'soon'" in capsys.readouterr().err
     assert main([f"sqlite:///{tmp_path}/missing.db", "prune", "--older-than", "1d"]) == 1
     assert "no store at" in capsys.readouterr().err
+
+
+async def test_an_archive_that_vanishes_with_the_process_is_refused(store: RunEventStore) -> None:
+    old = await write_thread(store, "old")
+    for archive in ("memory://", "MEMORY://"):
+        for dry_run in (False, True):
+            with pytest.raises(ValueError, match="an archive must be a durable store"):
+                await store.prune(older_than=MONTH, archive=archive, dry_run=dry_run)
+    assert await read_all(store, "old") == old
+
+
+async def test_an_archive_that_loses_what_it_acknowledged_keeps_the_thread(
+    store: RunEventStore, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The archive's copy is read back and counted before anything is removed: a SQLite archive
+    whose database drops every event it just stored (a trigger) acknowledges the writes, and the
+    read-back finds none of them."""
+    import sqlite3
+
+    path = tmp_path_factory.mktemp("lossy") / "archive.db"
+    async with open_store(f"sqlite:///{path}"):
+        pass
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TRIGGER lose AFTER INSERT ON run_journal_events "
+                           "BEGIN DELETE FROM run_journal_events WHERE rowid = NEW.rowid; END")
+    old = await write_thread(store, "old", runs=2, answers=3)
+    result = await store.prune(older_than=MONTH, archive=f"sqlite:///{path}")
+    [item] = result.threads
+    assert item.outcome == "not_archived"
+    assert item.reason == (f"the archive holds 0 of the {len(old)} events it took (read back before "
+                           "removing anything)")
+    assert await read_all(store, "old") == old
+    assert len(await store.list_runs("old")) == 2
+
+
+def test_the_prune_command_refuses_a_memory_archive(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path}/journal.db"
+
+    async def fill() -> None:
+        async with open_store(url) as store:
+            await write_thread(store, "old")
+
+    asyncio.run(fill())
+    assert main([url, "prune", "--older-than", "30d", "--archive", "memory://"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "an archive must be a durable store, not memory://" in err
+    assert main([url, "threads"]) == 0
+    assert "old" in capsys.readouterr().out

@@ -19,19 +19,17 @@ from typing import Any, Final, TextIO
 from urllib.parse import urlsplit
 
 from run_journal.cli.check import add_check_command
-from run_journal.cli.common import CliError, Command
+from run_journal.cli.common import CliError, Command, blamed, describe, hide_passwords, is_backend_error
 from run_journal.cli.diff import add_diff_command
 from run_journal.cli.maintenance import add_maintenance_commands
 from run_journal.cli.prune import add_prune_command
 from run_journal.cli.reading import add_reading_commands
 from run_journal.cli.reprice import add_reprice_command
 from run_journal.cli.serve import add_serve_command
-from run_journal.stores.base import StoreError
-from run_journal.stores.urls import file_path_of, open_store
+from run_journal.stores.urls import display_url, file_path_of, open_store
 
 __all__ = ["build_parser", "main"]
 
-_BACKEND_MODULES: Final = ("sqlalchemy", "asyncpg", "aiosqlite", "sqlite3", "redis")
 INTERRUPTED: Final = 130
 """Exit status after Ctrl-C (128 + SIGINT), whatever the command was doing."""
 EPILOG: Final = """\
@@ -59,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     for register in (add_reading_commands, add_maintenance_commands, add_serve_command, add_reprice_command,
                      add_prune_command, add_check_command, add_diff_command):
         register(sub)
+    parser.set_defaults(commands=tuple(sub.choices))
     return parser
 
 
@@ -80,6 +79,45 @@ class _Version(argparse.Action):
 
 
 # -- entry point ---------------------------------------------------------------------------------
+def command_line_mistake(parser: argparse.ArgumentParser, args_list: Sequence[str]) -> str | None:
+    """What a newcomer's command line gets wrong before argparse sees it: the command before the
+    URL, or a file URL without its slashes (``sqlite:journal.db``). None when it looks right."""
+    if any(word in {"-h", "--help", "--version"} for word in args_list):
+        return None
+    words = [word for word in args_list if not word.startswith("-")]
+    if not words:
+        return None
+    first = words[0]
+    if first in parser.get_default("commands"):
+        at = list(args_list).index(first)
+        before, after = list(args_list[:at]), list(args_list[at + 1:])
+        url = next((word for word in words[1:] if "://" in word or corrected_file_url(word)), None)
+        if url is not None:
+            after.remove(url)
+        line = " ".join([*before, display_url(url) if url else "URL", first, *after])
+        return f"the store URL comes first, then the command: run-journal {line}"
+    if (fixed := corrected_file_url(first)) is not None:
+        return (f"{first!r} is not a store URL: did you mean {fixed}? (a file store takes three "
+                "slashes and a path relative to the current directory, four for an absolute one)")
+    return None
+
+
+def corrected_file_url(url: str) -> str | None:
+    """The ``sqlite:`` or ``jsonl:`` URL meant by one without its three slashes (None: not such a
+    URL, or right already): ``sqlite:journal.db`` -> ``sqlite:///journal.db``, ``jsonl:/var/j``
+    -> ``jsonl:////var/j``, ``sqlite://j.db`` -> ``sqlite:///j.db``, ``sqlite:`` ->
+    ``sqlite:///journal.db`` (a path to put in)."""
+    scheme, colon, rest = url.partition(":")
+    if not colon or scheme.lower() not in {"sqlite", "jsonl"}:
+        return None
+    default = "journal.db" if scheme.lower() == "sqlite" else "journal"
+    if rest.startswith("///"):
+        return None if len(rest) > 3 else f"{scheme}:///{default}"
+    if rest.startswith("//"):
+        return f"{scheme}:///{rest[2:] or default}"
+    return f"{scheme}:///{rest or default}"  # "/abs/path" -> "////abs/path"
+
+
 def check_location(url: str) -> None:
     """No command creates an empty SQLite file or JSONL directory by accident (a mistyped path):
     the store it works on must exist (``copy`` creates only its destination; ``import`` creates the
@@ -89,7 +127,7 @@ def check_location(url: str) -> None:
         return
     path = Path(file_path_of(url.split("?", 1)[0]))
     if str(path) not in {":memory:", ""} and not path.exists():
-        raise CliError(f"no store at {path.absolute()} (from {url})")
+        raise CliError(f"no store at {path.absolute()} (from {display_url(url)})")
 
 
 def check_file(name: str) -> None:
@@ -104,18 +142,21 @@ async def run(args: argparse.Namespace, out: TextIO) -> int:
     elif args.file != "-":
         check_file(args.file)
     command: Command = args.handler
-    async with open_store(args.url) as store:
-        return await command(store, args, out)
+    store = open_store(args.url)
+    role = "source store" if args.command == "copy" else "store"
+    with blamed(role, args.url):
+        await store.setup()
+    try:
+        with blamed(role, args.url):  # the command names any other store that fails (blamed too)
+            return await command(store, args, out)
+    finally:
+        with blamed(role, args.url):
+            await store.aclose()
 
 
-def describe(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
-def is_backend_error(error: BaseException) -> bool:
-    module = type(error).__module__.split(".", 1)[0]
-    return isinstance(error, StoreError | OSError | TimeoutError) or module in _BACKEND_MODULES
+def urls_of(args: argparse.Namespace) -> list[str | None]:
+    """Every URL of the command line (stores, a collector): their passwords are never printed."""
+    return [getattr(args, name, None) for name in ("url", "destination", "archive", "endpoint")]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,6 +170,9 @@ def _main(args_list: list[str]) -> int:
     if len(args_list) >= 3 and args_list[0] == "copy":  # also accept ``copy SRC DST``
         args_list = [args_list[1], "copy", *args_list[2:]]
     parser = build_parser()
+    if (mistake := command_line_mistake(parser, args_list)) is not None:
+        print(f"run-journal: {mistake}", file=sys.stderr)
+        return 2
     args = parser.parse_args(args_list)
     try:
         return asyncio.run(run(args, sys.stdout))
@@ -140,18 +184,22 @@ def _main(args_list: list[str]) -> int:
     except CliError as error:
         if args.traceback:
             raise
-        print(f"run-journal: {error}", file=sys.stderr)
+        _say(str(error), args)
         return error.code
     except (ValueError, ImportError) as error:
         if args.traceback:
             raise
-        print(f"run-journal: {str(error).strip() or describe(error)}", file=sys.stderr)
+        _say(str(error).strip() or describe(error), args)
         return 2
     except Exception as error:
         if args.traceback or not is_backend_error(error):
             raise
-        print(f"run-journal: {args.url}: {describe(error)}", file=sys.stderr)
+        _say(f"store {display_url(args.url)}: {describe(error)}", args)
         return 1
+
+
+def _say(message: str, args: argparse.Namespace) -> None:
+    print(f"run-journal: {hide_passwords(message, urls_of(args))}", file=sys.stderr)
 
 
 if __name__ == "__main__":

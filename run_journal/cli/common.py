@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, Final, TextIO
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from run_journal.envelope import RunEvent, validate_id
 from run_journal.projections import iter_events
-from run_journal.stores.base import MAX_PAGE, RunEventStore
+from run_journal.stores.base import MAX_PAGE, RunEventStore, StoreError
+from run_journal.stores.queries import ThreadActivity
+from run_journal.stores.urls import display_url
 
 PAGE: Final = 1000
 MIN_PREFIX: Final = 6
 """The shortest run id prefix a command accepts in place of the whole id."""
 CANDIDATES_SHOWN: Final = 5
+MIN_SECRET: Final = 8
+"""A password this long is hidden wherever it appears in a message, not only inside its URL."""
+_BACKEND_MODULES: Final = ("sqlalchemy", "asyncpg", "aiosqlite", "sqlite3", "redis")
 
 
 class CliError(Exception):
@@ -82,14 +88,48 @@ def emit_json(out: TextIO, value: Any) -> None:
     out.write(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
-def shown_url(url: str) -> str:
-    """The store URL without its password."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = f"{parts.username}:***@" if parts.username else ""
-    return urlunsplit(parts._replace(netloc=user + netloc))
+def describe(error: BaseException) -> str:
+    """``Type: first line of the message``."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def is_backend_error(error: BaseException) -> bool:
+    """A failure of a store (its server, its files, its driver), not a mistake of the command."""
+    module = type(error).__module__.split(".", 1)[0]
+    return isinstance(error, StoreError | OSError | TimeoutError) or module in _BACKEND_MODULES
+
+
+def hide_passwords(text: str, urls: Iterable[str | None]) -> str:
+    """``text`` with every given URL in its display form and their passwords replaced by ``***``
+    wherever they appear (a driver's message may quote them)."""
+    for url in urls:
+        if not url:
+            continue
+        text = text.replace(url, display_url(url))
+        try:
+            password = urlsplit(url).password
+        except ValueError:
+            password = None
+        for form in {password or "", unquote(password or "")} - {""}:
+            text = text.replace(f":{form}@", ":***@")
+            if len(form) >= MIN_SECRET:  # short ones could be any word of the message
+                text = text.replace(form, "***")
+    return text
+
+
+@contextlib.contextmanager
+def blamed(role: str, url: str) -> Iterator[None]:
+    """A store failure inside becomes one line naming the store: ``archive sqlite:///a.db: OSError: ...``
+    (the URL without its password)."""
+    try:
+        yield
+    except (CliError, BrokenPipeError):  # a closed output (``| head``) is no store's failure
+        raise
+    except Exception as error:
+        if not is_backend_error(error):
+            raise
+        raise CliError(f"{role} {display_url(url)}: {describe(error)}") from error
 
 
 async def all_threads(store: RunEventStore) -> list[str]:
@@ -100,6 +140,17 @@ async def all_threads(store: RunEventStore) -> list[str]:
         threads.extend(page)
         if len(page) < MAX_PAGE:
             return threads
+
+
+async def recent_threads(store: RunEventStore) -> AsyncIterator[ThreadActivity]:
+    """Every thread holding events, most recently active first (``list_recent_threads``, paged)."""
+    before: str | None = None
+    while page := await store.list_recent_threads(limit=MAX_PAGE, before=before):
+        for activity in page:
+            yield activity
+        if len(page) < MAX_PAGE:
+            return
+        before = page[-1].cursor
 
 
 async def require_thread(store: RunEventStore, thread_id: str) -> None:

@@ -9,6 +9,7 @@ both kinds of line back.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ from run_journal.cli.common import (
     CliError,
     add_command,
     all_threads,
+    blamed,
     emit,
     emit_json,
     parse_duration,
@@ -27,14 +29,13 @@ from run_journal.cli.common import (
     require_thread,
     resolve_run,
     runs_without_row,
-    shown_url,
 )
 from run_journal.cli.otlp import add_otlp_arguments
 from run_journal.envelope import RunEvent
 from run_journal.projections import find_gaps, iter_events, reconcile_orphans, status_of
 from run_journal.runs import STATUS_AFTER
 from run_journal.stores.base import RunEventStore
-from run_journal.stores.urls import open_store
+from run_journal.stores.urls import display_url, open_store
 
 
 def add_maintenance_commands(sub: Any) -> None:
@@ -131,7 +132,10 @@ async def cmd_export(store: RunEventStore, args: argparse.Namespace, out: TextIO
         args.threads = [owner]
     threads = args.threads or await all_threads(store)
     # A command line owns its process: blocking file writes here do not stall anyone's agent.
-    target = open(args.output, "w", encoding="utf-8") if args.output else out  # noqa: SIM115, ASYNC230
+    try:
+        target = open(args.output, "w", encoding="utf-8") if args.output else out  # noqa: SIM115, ASYNC230
+    except OSError as error:  # the output file's fault, not the store's
+        raise CliError(f"cannot write {args.output}: {error.strerror or error}", code=2) from None
     count = bodies = 0
     try:
         for thread_id in threads:  # a run's export carries its thread's bodies: they are shared
@@ -252,33 +256,45 @@ async def cmd_copy(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
     for thread_id in args.threads:  # before the destination is opened (and perhaps created)
         await require_thread(store, thread_id)
     threads = args.threads or await all_threads(store)
-    async with open_store(args.destination) as destination:
+    to = functools.partial(blamed, "destination", args.destination)
+    destination = open_store(args.destination)
+    with to():
+        await destination.setup()
+    try:
         written = total = moved = bodies = 0
         for thread_id in threads:
             page: list[Body] = []
             async for body in thread_bodies(store, thread_id):  # before the events that use them
                 page.append(body)
                 if len(page) >= BODY_PAGE:
-                    await destination.put_bodies(page)
+                    with to():
+                        await destination.put_bodies(page)
                     bodies, page = bodies + len(page), []
-            await destination.put_bodies(page)
-            bodies += len(page)
-            before = await destination.last_seq(thread_id)
+            with to():
+                await destination.put_bodies(page)
+                bodies += len(page)
+                before = await destination.last_seq(thread_id)
             batch: list[RunEvent] = []
             async for event in iter_events(store, thread_id):
                 batch.append(event)
                 if len(batch) >= PAGE:
-                    moved += await _copy_batch(destination, batch)
+                    with to():
+                        moved += await _copy_batch(destination, batch)
                     total, batch = total + len(batch), []
-            moved += await _copy_batch(destination, batch)
-            total += len(batch)
-            written += await destination.last_seq(thread_id) - before
+            with to():
+                moved += await _copy_batch(destination, batch)
+                total += len(batch)
+                written += await destination.last_seq(thread_id) - before
         runs = [row for thread_id in threads for row in await store.list_runs(thread_id)]
         for row in runs:
-            await destination.put_run(row)
+            with to():
+                await destination.put_run(row)
+    finally:
+        with to():
+            await destination.aclose()
     with_bodies = f", {bodies} bodies" if bodies else ""
     emit(out, f"copied {total} events ({written} new){with_bodies} and {len(runs)} run rows of "
-              f"{len(threads)} thread(s) to {shown_url(args.destination)}")
+              f"{len(threads)} thread(s) to {display_url(args.destination)}")
     if moved:
         emit(out, f"warning: {moved} events got a different seq in the destination "
                   "(it already held other events of those threads, or the source has holes)")

@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from run_journal.cli.common import add_command, emit, emit_json, parse_duration, require_thread
+from run_journal.cli.common import CliError, add_command, emit, emit_json, parse_duration, require_thread
 from run_journal.stores.base import PrunedThread, RunEventStore
+from run_journal.stores.retention import ArchiveError
+from run_journal.stores.urls import display_url
 
 
 def add_prune_command(sub: Any) -> None:
@@ -32,8 +34,12 @@ def add_prune_command(sub: Any) -> None:
 async def cmd_prune(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
     if args.thread:
         await require_thread(store, args.thread)
-    result = await store.prune(older_than=args.older_than, thread_id=args.thread, archive=args.archive,
-                               dry_run=args.dry_run)
+    try:
+        result = await store.prune(older_than=args.older_than, thread_id=args.thread,
+                                   archive=args.archive, dry_run=args.dry_run)
+    except ArchiveError as error:
+        raise CliError(f"archive {display_url(args.archive)}: {error}; nothing more was removed") \
+            from error
     for item in result.threads:
         if args.json:
             emit_json(out, _as_json(item))

@@ -9,12 +9,12 @@ from typing import Any, TextIO
 from run_journal.cli import render
 from run_journal.cli.common import (
     add_command,
-    all_threads,
     emit,
     emit_json,
     non_negative,
     positive,
     ranges,
+    recent_threads,
     require_thread,
     resolve_run,
 )
@@ -25,8 +25,9 @@ from run_journal.stores.base import RunEventStore
 
 def add_reading_commands(sub: Any) -> None:
     """Register ``threads``, ``runs``, ``show``, ``events``, ``tail`` and ``usage``."""
-    add_command(sub, "threads", cmd_threads, "list threads with their event and run counts", json_flag=True)
-    add_command(sub, "runs", cmd_runs, "list a thread's runs", json_flag=True, ids_flag=True) \
+    add_command(sub, "threads", cmd_threads, "list threads, most recently active first, with their event "
+                                             "and run counts", json_flag=True)
+    add_command(sub, "runs", cmd_runs, "list a thread's runs, newest first", json_flag=True, ids_flag=True) \
         .add_argument("thread")
     show = add_command(sub, "show", cmd_show, "a run as a timeline, then its totals")
     show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of 6 or more characters")
@@ -54,29 +55,30 @@ def add_reading_commands(sub: Any) -> None:
 
 
 async def cmd_threads(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
-    runs_by_thread: dict[str, list[Any]] = {}
-    for row in await store.list_runs():
-        runs_by_thread.setdefault(row.thread_id, []).append(row)
+    """Threads by latest activity, most recent first (the store's own order, paged)."""
     rows: list[list[Any]] = []
-    for thread_id in sorted(set(await all_threads(store)) | set(runs_by_thread)):
-        runs = runs_by_thread.get(thread_id, [])
-        last = runs[-1] if runs else None
-        rows.append([thread_id, await store.last_seq(thread_id), len(runs),
+    async for activity in recent_threads(store):
+        thread_id = activity.thread_id
+        newest = await store.list_runs(thread_id, newest_first=True, limit=1)
+        last = newest[0] if newest else None
+        rows.append([thread_id, await store.last_seq(thread_id), await store.count_runs(thread_id),
                      str(last.status) if last else None,
-                     last.started_at.isoformat(timespec="seconds") if last and last.started_at else None])
+                     last.started_at.isoformat(timespec="seconds") if last and last.started_at else None,
+                     activity.last_activity_at.isoformat(timespec="seconds")])
     if args.json:
-        keys = ("thread_id", "events", "runs", "last_status", "last_started_at")
+        keys = ("thread_id", "events", "runs", "last_status", "last_started_at", "last_activity_at")
         for cells in rows:
             emit_json(out, dict(zip(keys, cells, strict=True)))
     else:
-        for line in render.table(("thread", "events", "runs", "last status", "last started"), rows):
+        headers = ("thread", "events", "runs", "last status", "last started", "last activity")
+        for line in render.table(headers, rows):
             emit(out, line)
     return 0
 
 
 async def cmd_runs(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
     await require_thread(store, args.thread)
-    runs = await store.list_runs(args.thread)
+    runs = await store.list_runs(args.thread, newest_first=True)
     if args.json:
         for row in runs:
             emit_json(out, row.to_dict())
@@ -92,7 +94,7 @@ async def cmd_runs(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
                      row.usage.total_tokens, render.cost_text(row.usage.cost_usd),
                      render.one_line(row.first_human_message or "", 40)])
     headers = ("run", "status", "started", "took", "calls", "tokens", "cost", "first message")
-    for line in render.table(headers, rows):
+    for line in render.table(headers, rows) + render.unknown_costs(runs, short):
         emit(out, line)
     return 0
 
@@ -112,7 +114,7 @@ async def cmd_show(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
         emit(out, render.event_line(event, style))
     emit(out)
     if row is not None:
-        for line in render.run_totals(row):
+        for line in render.run_totals(row) + render.unknown_costs([row]):
             emit(out, line)
     else:
         emit(out, f"status {status_of(events)} (folded from events; no run row)")
@@ -169,7 +171,8 @@ async def _listing(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
 async def cmd_usage(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
     if args.thread:
         await require_thread(store, args.thread)
-    summary = summarize_usage(await store.list_runs(args.thread))
+    run_rows = await store.list_runs(args.thread)
+    summary = summarize_usage(run_rows)
     if args.json:
         emit_json(out, summary.to_dict())
         return 0
@@ -184,6 +187,8 @@ async def cmd_usage(store: RunEventStore, args: argparse.Namespace, out: TextIO)
     emit(out, "total")
     for line in render.table(render.USAGE_HEADERS, [render.usage_row("all runs", summary.total)]):
         emit(out, "  " + line)
+    for line in render.unknown_costs(run_rows, short):
+        emit(out, line)
     return 0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, TextIO
 
@@ -281,8 +281,28 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+SMALLEST_COST: Final = 0.0001
+"""Costs below this (but above zero) print as ``<$0.0001``: four decimals would show them as free."""
+PRICE_HINT: Final = ("to add a price: RunJournal(..., pricing={'MODEL': {'input': USD, 'output': USD}}) "
+                     "(per million tokens) for new runs, run-journal URL reprice --pricing FILE for "
+                     "stored ones; see docs/costs.md")
+
+
 def cost_text(cost: float | None) -> str:
-    return "unknown" if cost is None else f"${cost:.4f}"
+    """``$0.0123``; ``<$0.0001`` for a cost too small for four decimals; ``unknown`` for None."""
+    if cost is None:
+        return "unknown"
+    if 0 < cost < SMALLEST_COST:
+        return f"<${SMALLEST_COST}"
+    return f"${cost:.4f}"
+
+
+def unknown_costs(rows: Iterable[RunRow], name: Callable[[str], str] = str) -> list[str]:
+    """Why each run whose cost is unknown has none (its stored ``cost_note``), then how to add a
+    price; nothing when every cost is known."""
+    lines = [f"cost unknown for run {name(row.run_id)}: {row.cost_note or 'no reason was recorded'}"
+             for row in rows if row.usage.cost_usd is None and row.usage.llm_calls]
+    return [*lines, PRICE_HINT] if lines else []
 
 
 def usage_row(name: str, totals: UsageTotals) -> list[Any]:

@@ -1,6 +1,7 @@
-"""The read-only HTTP API and run viewer: ``router(store)`` for a FastAPI app, ``create_app(store_or_url)``
-for any ASGI server or framework, ``run-journal URL serve`` from a terminal; ``deerflow_router(store)``
-and ``create_deerflow_app`` serve DeerFlow's gateway read API (``serve --compat``).
+"""The HTTP API (reads, and feedback on runs) and run viewer: ``router(store)`` for a FastAPI app,
+``create_app(store_or_url)`` for any ASGI server or framework, ``run-journal URL serve`` from a
+terminal; ``deerflow_router(store)`` and ``create_deerflow_app`` serve DeerFlow's gateway read API
+(``serve --compat``).
 
 Needs the ``serve`` extra (``pip install 'run-journal[serve]'``: FastAPI, uvicorn, sse-starlette);
 ``import run_journal`` never loads it. See docs/http.md.

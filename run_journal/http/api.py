@@ -1,4 +1,5 @@
-"""The read-only HTTP API and the run viewer, as a FastAPI router over one open store.
+"""The HTTP API and the run viewer, as a FastAPI router over one open store: it reads, but for one
+write, feedback on a run (a ``run.score``), taken only when the router has a token.
 
 ``router(store)`` holds every endpoint (and, unless ``viewer=False``, the viewer page at ``/`` and its
 files under ``/static/``). Its route class turns every failure into a JSON error itself, so the
@@ -8,6 +9,7 @@ framework (``create_app``), or served by ``run-journal URL serve``:
 - 400 ``bad_request``: an id that fails validation, a bad query parameter or ``Last-Event-ID``;
 - 401 ``unauthorized``: a token is configured and the request does not carry it as a bearer token,
   or a user scope is configured and the request names no user;
+- 403 ``forbidden``: feedback sent to a router without a token;
 - 404 ``not_found``: an unknown thread or run, or one the caller's user scope cannot see;
 - 503 ``unavailable``: the store failed (``StoreError``); 500 ``internal``: anything else (logged).
 
@@ -41,7 +43,7 @@ from run_journal.catalog import TERMINAL_RUN_EVENTS
 from run_journal.envelope import validate_id
 from run_journal.http import schema, views
 from run_journal.http.views import NotFound
-from run_journal.stores.base import RunEventStore, StoreError
+from run_journal.stores.base import MAX_SEQ, RunEventStore, StoreError
 from run_journal.stores.urls import open_store
 
 __all__ = ["create_app", "router"]
@@ -90,8 +92,8 @@ def error_response(status_code: int, error: str, detail: str,
     return json_response({"error": error, "detail": detail}, status_code, headers)
 
 
-_ERROR_NAMES: Final = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "not_allowed",
-                       503: "unavailable"}
+_ERROR_NAMES: Final = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+                       405: "not_allowed", 503: "unavailable"}
 
 
 def _validation_text(error: RequestValidationError) -> str:
@@ -184,7 +186,8 @@ def router(
     user_id: UserResolver | None = None,
     viewer: bool = True,
 ) -> APIRouter:
-    """The read-only API over ``store`` (open, and owned by the caller), plus the run viewer.
+    """The API over ``store`` (open, and owned by the caller), plus the run viewer; it only reads,
+    but for feedback on a run, which needs ``token`` (a 403 without one).
 
     ``token``: every API request must carry ``Authorization: Bearer <token>``. ``user_header``: every
     request must name its user in that header and sees only that user's rows; trust it only behind
@@ -204,39 +207,55 @@ def router(
     def ids(thread_id: str, run_id: str) -> tuple[str, str]:
         return validate_id("thread_id", thread_id), validate_id("run_id", run_id)
 
-    api_get = api.get  # every endpoint is a GET
+    api_get = api.get  # every endpoint but feedback is a GET
 
     @api_get("/api/threads", response_model=schema.ThreadPage, dependencies=dependencies,
-             summary="Threads, with their counts and latest run")
+             summary="Threads, most recently active first, with their counts and latest run")
     async def list_threads(
         user: User,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
-        after: Annotated[str | None, Query(description="The previous page's next_after.")] = None,
+        after: Annotated[str | None, Query(max_length=300,
+                                           description="The previous page's next_after.")] = None,
     ) -> Response:
-        cursor = validate_id("after", after) if after is not None else None
-        return json_response(await views.thread_page(store, limit=limit, after=cursor, user_id=user))
+        return json_response(await views.thread_page(store, limit=limit, after=after, user_id=user))
 
     @api_get("/api/threads/{thread_id}/runs", response_model=schema.RunPage,
-             dependencies=dependencies, summary="A thread's runs, in start order")
+             dependencies=dependencies, summary="A thread's runs, newest first")
     async def list_runs(
         thread_id: str, user: User,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
         offset: Annotated[int, Query(ge=0)] = 0,
+        after: Annotated[str | None, Query(description="The previous page's next_after (instead "
+                                                       "of offset).")] = None,
     ) -> Response:
+        cursor = validate_id("after", after) if after is not None else None
         return json_response(await views.run_page(store, thread_of(thread_id), limit=limit,
-                                                  offset=offset, user_id=user))
+                                                  offset=offset, after=cursor, user_id=user))
 
     @api_get("/api/threads/{thread_id}/runs/{run_id}", response_model=schema.RunDetail,
              dependencies=dependencies, summary="One run row, with usage by model and caller")
     async def get_run(thread_id: str, run_id: str, user: User) -> Response:
         return json_response(await views.run_detail(store, *ids(thread_id, run_id), user))
 
+    @api.post("/api/threads/{thread_id}/runs/{run_id}/feedback", response_model=schema.Score,
+              status_code=201, dependencies=dependencies,
+              summary="Give feedback on a run (thumbs up or down, or a number; a comment)",
+              responses={403: {"model": schema.Error,
+                               "description": "The server runs without a token: nothing is written."}})
+    async def feedback(thread_id: str, run_id: str, user: User, body: schema.Feedback) -> Response:
+        if token is None:
+            raise HTTPException(403, "feedback is taken only by a server that runs with a token "
+                                     "(router(token=...), run-journal URL serve --token)")
+        return json_response(await views.give_feedback(
+            store, *ids(thread_id, run_id), value=body.value, comment=body.comment, name=body.name,
+            user_id=user), 201)
+
     @api_get("/api/threads/{thread_id}/messages/page", response_model=schema.HistoryPage,
              dependencies=dependencies, summary="Thread history (the chat page)")
     async def messages_page(
         thread_id: str, user: User,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
-        before_seq: Annotated[int | None, Query(ge=0)] = None,
+        before_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
         hidden_run_ids: Annotated[list[str] | None, Query(
             description="Runs to leave out (superseded by a regenerated answer); repeatable.")] = None,
     ) -> Response:
@@ -250,8 +269,8 @@ def router(
     async def run_messages(
         thread_id: str, run_id: str, user: User,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
-        before_seq: Annotated[int | None, Query(ge=0)] = None,
-        after_seq: Annotated[int | None, Query(ge=0)] = None,
+        before_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
+        after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
     ) -> Response:
         return json_response(await views.run_message_page(
             store, *ids(thread_id, run_id), limit=limit, before_seq=before_seq, after_seq=after_seq,
@@ -265,7 +284,7 @@ def router(
             description="Event types to keep; repeatable or comma-separated.")] = None,
         task_id: Annotated[str | None, Query(description="Subagent task (metadata.task_id).")] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 200,
-        after_seq: Annotated[int, Query(ge=0)] = 0,
+        after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     ) -> Response:
         task = validate_id("task_id", task_id) if task_id is not None else None
         return json_response(await views.event_page(
@@ -308,7 +327,7 @@ def router(
     )
     async def stream(
         thread_id: str, user: User,
-        after_seq: Annotated[int | None, Query(ge=0)] = None,
+        after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
         run_id: Annotated[str | None, Query(description="Only this run's events; the stream ends "
                                                         "with its terminal event.")] = None,
         limit: Annotated[int | None, Query(ge=1, description="End after this many events.")] = None,
@@ -317,10 +336,11 @@ def router(
         thread = thread_of(thread_id)
         cursor = after_seq or 0
         if last_event_id is not None:
-            if not last_event_id.strip().isdigit():
-                raise ValueError(f"Last-Event-ID must be a seq (a non-negative integer), "
+            text = last_event_id.strip()
+            if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > MAX_SEQ:
+                raise ValueError(f"Last-Event-ID must be a seq (an integer from 0 to 2**63-1), "
                                  f"got {last_event_id[:40]!r}")
-            cursor = int(last_event_id)
+            cursor = int(text)
         run = validate_id("run_id", run_id) if run_id is not None else None
         if run is not None:
             await views.find_run(store, thread, run, user)
@@ -426,9 +446,24 @@ def create_app(
                 await opened.aclose()
 
     app = FastAPI(
-        title="run-journal", summary="Read-only API over a run-journal store",
+        title="run-journal", summary="API over a run-journal store (reads, and feedback on runs)",
         docs_url=None, redoc_url=None, openapi_url="/api/openapi.json", lifespan=lifespan,
     )
     app.include_router(router(opened, token=token, user_header=user_header, user_id=user_id,
                               viewer=viewer))
+    app.add_exception_handler(HTTPException, _outside_a_route)
     return app
+
+
+async def _outside_a_route(request: Request, error: Exception) -> Response:
+    """The application's own errors, raised before any route runs (an unknown path: 404, a known
+    path with another method: 405), in the shape every endpoint answers with."""
+    assert isinstance(error, HTTPException)
+    status = error.status_code
+    if status == 404:
+        detail = f"no such path: {request.url.path}"
+    elif status == 405:
+        detail = f"{request.method} is not allowed here"
+    else:
+        detail = str(error.detail)
+    return error_response(status, _ERROR_NAMES.get(status, "error"), detail, dict(error.headers or {}))

@@ -7,9 +7,12 @@ clients ignore what they do not know.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+
+COMMENT_MAX: Final = 2000
+"""The longest feedback comment the HTTP API takes (characters)."""
 
 
 class Event(BaseModel):
@@ -59,12 +62,38 @@ class Run(BaseModel):
     first_human_message: str | None
     last_ai_message: str | None
     metadata: dict[str, Any]
+    cost_note: str | None = Field(description="Why ``usage.cost_usd`` is None although the run made "
+                                              "model calls (e.g. no price for a model); see costs.")
     duration_ms: int | None
+
+
+class Score(BaseModel):
+    """A ``run.score`` event of the run: feedback given over HTTP, a check's result, any score."""
+
+    seq: int
+    created_at: str
+    name: str
+    value: bool | int | float | str
+    source: str = Field(description="Who gave it: human (feedback), check, api, ...")
+    comment: str | None
 
 
 class RunDetail(Run):
     row: bool = Field(description="False for a run with events but no run row: its status is "
                                   "folded from its lifecycle events and its totals are zero.")
+    scores: list[Score] = Field(description="The run's scores, oldest first.")
+
+
+class Feedback(BaseModel):
+    """Feedback on a run: thumbs up or down, or a number, with an optional comment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: Literal["up", "down"] | StrictInt | StrictFloat = Field(
+        description='"up", "down", or a number (a rating, say 1 to 5).')
+    comment: str | None = Field(default=None, max_length=COMMENT_MAX)
+    name: str = Field(default="feedback", min_length=1, max_length=64,
+                      pattern=r"^[A-Za-z0-9_.:-]+$", description="The score's name.")
 
 
 class LatestRun(BaseModel):
@@ -76,30 +105,35 @@ class LatestRun(BaseModel):
     first_human_message: str | None
     total_tokens: int
     cost_usd: float | None
+    cost_note: str | None
 
 
 class Thread(BaseModel):
     """A thread and the totals of its run rows (a thread with events but no run row has zeros)."""
 
     thread_id: str
+    last_activity_at: str = Field(description="ISO 8601: the newest event's created_at (the "
+                                              "caller's newest, in a user-scoped list).")
     run_count: int
     message_count: int
     total_tokens: int
     cost_usd: float | None = Field(description="None when a model call's price is unknown.")
+    cost_note: str | None = Field(description="Why cost_usd is None: the runs' reasons.")
     latest_run: LatestRun | None
 
 
 class ThreadPage(BaseModel):
-    data: list[Thread]
+    data: list[Thread] = Field(description="Most recently active first.")
     has_more: bool
     next_after: str | None = Field(description="Pass as ``after`` for the next page.")
 
 
 class RunPage(BaseModel):
-    data: list[Run]
+    data: list[Run] = Field(description="Newest first.")
     total: int
     has_more: bool
     next_offset: int | None
+    next_after: str | None = Field(description="Pass as ``after`` for the next page.")
 
 
 class HistoryPage(BaseModel):
@@ -165,5 +199,6 @@ class Comparison(BaseModel):
 
 
 class Error(BaseModel):
-    error: str = Field(description="bad_request, unauthorized, not_found, unavailable or internal.")
+    error: str = Field(description="bad_request, unauthorized, forbidden, not_found, not_allowed, "
+                                   "unavailable or internal.")
     detail: str

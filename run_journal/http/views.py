@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from run_journal.catalog import TERMINAL_RUN_EVENTS
+from run_journal.checks.scores import SCORE_EVENT, ScoreValue, record_score
 from run_journal.envelope import JsonObject, JsonValue, RunEvent
 from run_journal.projections import latest_workspace_changes, summarize_usage, thread_history
 from run_journal.runs import RunRow, status_of
@@ -29,10 +30,12 @@ __all__ = [
     "comparison",
     "event_page",
     "find_run",
+    "give_feedback",
     "history_page",
     "run_dict",
     "run_message_page",
     "run_page",
+    "run_scores",
     "terminal_seq",
     "thread_page",
     "thread_usage",
@@ -71,6 +74,7 @@ def _latest_run(row: RunRow) -> JsonObject:
     summary: JsonObject = {key: data[key] for key in keep}
     summary["total_tokens"] = row.usage.total_tokens
     summary["cost_usd"] = row.usage.cost_usd
+    summary["cost_note"] = row.cost_note
     return summary
 
 
@@ -96,44 +100,75 @@ async def require_thread(store: RunEventStore, thread_id: str, user_id: str | No
     raise NotFound(f"thread {thread_id!r} not found")
 
 
-def _thread_summary(thread_id: str, runs: Sequence[RunRow]) -> JsonObject:
+def _thread_summary(thread_id: str, runs: Sequence[RunRow], last_activity_at: str) -> JsonObject:
     usage = summarize_usage(runs).total
     return {
         "thread_id": thread_id,
+        "last_activity_at": last_activity_at,
         "run_count": len(runs),
         "message_count": sum(row.message_count for row in runs),
         "total_tokens": usage.total_tokens,
         "cost_usd": usage.cost_usd,
+        "cost_note": _cost_note(runs) if usage.cost_usd is None else None,
         "latest_run": _latest_run(runs[-1]) if runs else None,
     }
+
+
+def _cost_note(runs: Sequence[RunRow]) -> str | None:
+    """Why the runs' total cost is unknown: their rows' reasons, each once."""
+    notes = dict.fromkeys(row.cost_note or "no reason was recorded" for row in runs
+                          if row.usage.cost_usd is None and row.usage.llm_calls)
+    return "; ".join(notes) or None
 
 
 async def thread_page(
     store: RunEventStore, *, limit: int, after: str | None, user_id: str | None
 ) -> JsonObject:
-    """Thread ids in ascending order (``after`` is the cursor), each with its run count, message and
-    token totals and latest run, from its run rows: one ``list_threads`` call, then one ``list_runs``
-    per thread of the page (one after the other: concurrent calls measured slower on PostgreSQL)."""
-    ids = await store.list_threads(limit=min(limit + 1, MAX_PAGE), after=after, user_id=user_id)
-    has_more = len(ids) > limit
-    ids = ids[:limit]
+    """Threads by latest activity, most recent first (the store's ``list_recent_threads``; ``after``
+    is the previous page's ``next_after``), each with its run count, message and token totals and
+    latest run, from its run rows: one ``list_recent_threads`` call, then one ``list_runs`` per
+    thread of the page (one after the other: concurrent calls measured slower on PostgreSQL)."""
+    try:
+        page = await store.list_recent_threads(limit=min(limit + 1, MAX_PAGE), before=after,
+                                               user_id=user_id)
+    except ValueError:
+        raise ValueError(f"after must be a next_after this listing returned, got {after!r}") from None
+    has_more = len(page) > limit
+    page = page[:limit]
     data: list[JsonValue] = [
-        _thread_summary(thread_id, _owned(await store.list_runs(thread_id), user_id)) for thread_id in ids
+        _thread_summary(item.thread_id, await store.list_runs(item.thread_id, user_id=user_id),
+                        item.last_activity_at.isoformat())
+        for item in page
     ]
-    return {"data": data, "has_more": has_more, "next_after": ids[-1] if has_more else None}
+    return {"data": data, "has_more": has_more, "next_after": page[-1].cursor if has_more else None}
 
 
 async def run_page(
-    store: RunEventStore, thread_id: str, *, limit: int, offset: int, user_id: str | None
+    store: RunEventStore, thread_id: str, *, limit: int, offset: int, after: str | None,
+    user_id: str | None,
 ) -> JsonObject:
-    """A thread's runs in start order, ``limit`` from ``offset``."""
-    runs = await require_thread(store, thread_id, user_id)
-    chunk = runs[offset: offset + limit]
+    """A thread's runs, newest first (the store's order): ``limit`` from ``offset``, or after the
+    run ``after`` (the previous page's ``next_after``)."""
+    if after is not None:
+        try:
+            rows = await store.list_runs(thread_id, user_id=user_id, newest_first=True, limit=limit + 1,
+                                         after=after)
+        except ValueError:
+            raise ValueError(f"after must be a next_after this listing returned, got {after!r}") from None
+    else:
+        through = offset + limit + 1
+        rows = (await store.list_runs(thread_id, user_id=user_id, newest_first=True,
+                                      limit=through if through <= MAX_PAGE else None))[offset:]
+    if not rows and offset == 0 and after is None:
+        await require_thread(store, thread_id, user_id)
+    has_more = len(rows) > limit
+    chunk = rows[:limit]
     return {
         "data": [run_dict(row) for row in chunk],
-        "total": len(runs),
-        "has_more": offset + limit < len(runs),
-        "next_offset": offset + limit if offset + limit < len(runs) else None,
+        "total": await store.count_runs(thread_id, user_id=user_id),
+        "has_more": has_more,
+        "next_offset": offset + limit if has_more and after is None else None,
+        "next_after": chunk[-1].run_id if has_more else None,
     }
 
 
@@ -175,8 +210,9 @@ async def run_detail(
     """The run row with ``duration_ms``; a run with events but no row gets a row-shaped answer with
     its status folded from its lifecycle events and ``"row": false``."""
     ref = await find_run(store, thread_id, run_id, user_id)
+    scores = await run_scores(store, thread_id, run_id, user_id)
     if ref.row is not None:
-        return {**run_dict(ref.row), "row": True}
+        return {**run_dict(ref.row), "row": True, "scores": scores}
     lifecycle = await store.list_events(thread_id, run_id, event_types=LIFECYCLE, limit=MAX_PAGE,
                                         user_id=user_id)
     first = lifecycle[0] if lifecycle else None
@@ -185,7 +221,35 @@ async def run_detail(
                          status=status_of(lifecycle),
                          started_at=first.created_at if first else None,
                          ended_at=last.created_at if last else None)
-    return {**run_dict(placeholder), "row": False}
+    return {**run_dict(placeholder), "row": False, "scores": scores}
+
+
+async def run_scores(
+    store: RunEventStore, thread_id: str, run_id: str, user_id: str | None
+) -> list[JsonValue]:
+    """The run's ``run.score`` events (feedback, check results), oldest first, each as
+    ``{seq, created_at, name, value, source, comment}``."""
+    found = await store.list_events(thread_id, run_id, event_types=[SCORE_EVENT], limit=MAX_PAGE,
+                                    user_id=user_id)
+    scores: list[JsonValue] = []
+    for event in found:
+        content = event.content if isinstance(event.content, dict) else {}
+        scores.append({"seq": event.seq, "created_at": event.created_at.isoformat(),
+                       **{key: content.get(key) for key in ("name", "value", "source", "comment")}})
+    return scores
+
+
+async def give_feedback(
+    store: RunEventStore, thread_id: str, run_id: str, *, value: ScoreValue, comment: str | None,
+    name: str, user_id: str | None,
+) -> JsonObject:
+    """Record feedback on a run the caller may see (``NotFound`` otherwise) as a ``run.score``
+    (``record_score``, source ``human``); returns the stored score."""
+    await find_run(store, thread_id, run_id, user_id)
+    stored = await record_score(store, thread_id, run_id, name, value, comment=comment, source="human")
+    content = stored.content if isinstance(stored.content, dict) else {}
+    return {"seq": stored.seq, "created_at": stored.created_at.isoformat(),
+            **{key: content.get(key) for key in ("name", "value", "source", "comment")}}
 
 
 async def terminal_seq(

@@ -916,6 +916,8 @@ class RunEventStore(abc.ABC):
         """
         cutoff = prune_cutoff(older_than)
         check_optional_id("thread_id", thread_id)
+        if isinstance(archive, str):
+            retention.check_archive_url(archive)
         if dry_run:  # nothing is copied: the archive is not even opened
             archive = None
         if archive is not None and not isinstance(archive, RunEventStore | str):

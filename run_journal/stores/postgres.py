@@ -56,6 +56,7 @@ from run_journal.stores.sql import (
     run_values,
 )
 from run_journal.stores.sql_schema import followers, migrate, qualified
+from run_journal.stores.urls import display_url
 
 T = TypeVar("T")
 ListenState = Literal["listening", "started", "unavailable"]
@@ -180,7 +181,7 @@ class PostgresRunEventStore(SqlRunEventStore):
         the constructor's keyword arguments (``connection_wait`` also bounds the pool's wait)."""
         driver_url, schema_name = engine_url(url)
         if driver_url.get_backend_name() != "postgresql":
-            raise ValueError(f"{url!r} is not a postgresql:// URL")
+            raise ValueError(f"{display_url(url)!r} is not a postgresql:// URL")
         pool_size = int(options.pop("pool_size", POOL_SIZE))
         if pool_size < 1:
             raise ValueError(f"pool_size must be at least 1, got {pool_size}")

@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from run_journal.envelope import RunEvent
 from run_journal.runs import STATUS_AFTER, RunRow, RunStatus
@@ -31,6 +31,21 @@ PRUNE_PAGE: Final = 1000
 BODY_PAGE: Final = 100
 """Bodies copied to an archive per step (each may hold up to ``BODY_LIMIT`` bytes)."""
 LIFECYCLE_TYPES: Final = tuple(sorted(STATUS_AFTER))
+T = TypeVar("T")
+
+
+DURABLE_ONLY: Final = frozenset({"memory"})
+"""URL schemes an archive may not have: the store is gone when the process ends."""
+
+
+def check_archive_url(url: str) -> str:
+    """An archive given as a URL must outlive the call: ``memory://`` is refused."""
+    scheme = url.partition("://")[0].lower().split("+", 1)[0] if isinstance(url, str) else ""
+    if scheme in DURABLE_ONLY:
+        raise ValueError(f"an archive must be a durable store, not {url}: a {scheme}:// store is "
+                         "gone when the process ends (use jsonl:///archive, sqlite:///archive.db, "
+                         "postgresql://... or redis://...)")
+    return url
 
 
 def prune_cutoff(older_than: timedelta | datetime) -> datetime:
@@ -94,6 +109,17 @@ class PruneResult:
     @property
     def runs(self) -> int:
         return sum(item.runs for item in self.threads)
+
+
+class ArchiveError(RuntimeError):
+    """The archive failed (could not be opened, or refused a write or a read): ``prune`` stops and
+    removes nothing more; threads already copied and removed stay so. The message says where it
+    failed; the archive's own error is the ``__cause__``."""
+
+
+def _archive_failure(what: str, error: BaseException) -> ArchiveError:
+    lines = str(error).strip().splitlines()
+    return ArchiveError(f"{what}: {type(error).__name__}" + (f": {lines[0]}" if lines else ""))
 
 
 class _Resumed(Exception):
@@ -196,15 +222,18 @@ class _Pruner:
 
         Every event keeps its seq or nothing of it is written: seqs the archive has assigned
         already must hold these very events (an earlier prune that stopped half-way), and the
-        rest must continue the archive's thread without a gap.
+        rest must continue the archive's thread without a gap. A failure of the archive itself
+        (not a refusal of the copy) is an ``ArchiveError``.
         """
-        expected = await archive.last_seq(thread_id)
+        on_archive = functools.partial(_on_archive, f"while copying thread {thread_id!r}")
+        expected = await on_archive(archive.last_seq(thread_id))
         copied = 0
+        lowest: int | None = None
         async for page in _pages(self.store, thread_id, through):
+            lowest = page[0].seq if lowest is None else lowest
             held = [event for event in page if event.seq <= expected]
             if held:
-                there = {event.seq: event.event_id async for event in
-                         _between(archive, thread_id, held[0].seq - 1, held[-1].seq)}
+                there = await on_archive(_ids_between(archive, thread_id, held[0].seq - 1, held[-1].seq))
                 wrong = next((event for event in held if there.get(event.seq) != event.event_id), None)
                 if wrong is not None:
                     return copied, f"seq {wrong.seq} of this thread holds another event in the archive"
@@ -215,7 +244,7 @@ class _Pruner:
                                     f"the archive: seq {event.seq} would be renumbered")
                 expected = event.seq
             try:
-                stored = await archive.put_batch([event.as_new_event() for event in fresh])
+                stored = await on_archive(archive.put_batch([event.as_new_event() for event in fresh]))
             except ValueError as error:  # RunIdTakenError: the archive has that run id elsewhere
                 return copied, str(error)
             moved = next((event for event, copy in zip(fresh, stored, strict=True)
@@ -225,12 +254,49 @@ class _Pruner:
             copied += len(page)
         for row in rows:
             try:
-                stored_row = await archive.put_run(row)
+                stored_row = await on_archive(archive.put_run(row))
             except ValueError as error:
                 return copied, f"run {row.run_id!r}: {error}"
             if stored_row.status != row.status:
                 return copied, f"the archive holds run {row.run_id!r} as {stored_row.status}"
-        return copied, ""
+        return copied, await self.read_back(archive, thread_id, (lowest or 1) - 1, through, copied, rows)
+
+    async def read_back(
+        self, archive: RunEventStore, thread_id: str, after: int, through: int, copied: int,
+        rows: Sequence[RunRow],
+    ) -> str:
+        """The archive's copy read back before anything is removed: as many events in the seqs the
+        source holds (``after`` < seq <= ``through``) as the source, and every run row; otherwise
+        the problem."""
+        on_archive = functools.partial(_on_archive, f"while reading back thread {thread_id!r}")
+        held = await on_archive(_count_between(archive, thread_id, after, through))
+        if held != copied:
+            return (f"the archive holds {held} of the {copied} events it took (read back before "
+                    "removing anything)")
+        kept = {row.run_id for row in await on_archive(archive.list_runs(thread_id))}
+        missing = [row.run_id for row in rows if row.run_id not in kept]
+        if missing:
+            return f"the archive lost run row {missing[0]!r} it took (read back before removing anything)"
+        return ""
+
+
+async def _on_archive(what: str, call: Awaitable[T]) -> T:
+    """An archive call whose failure (anything but the contract's refusals, ``ValueError`` and
+    ``TypeError``) becomes an ``ArchiveError`` saying ``what`` was being done."""
+    try:
+        return await call
+    except (ValueError, TypeError):
+        raise
+    except Exception as error:
+        raise _archive_failure(what, error) from error
+
+
+async def _count_between(store: RunEventStore, thread_id: str, after: int, through: int) -> int:
+    return sum([1 async for _ in _between(store, thread_id, after, through)])
+
+
+async def _ids_between(store: RunEventStore, thread_id: str, after: int, through: int) -> dict[int, str]:
+    return {event.seq: event.event_id async for event in _between(store, thread_id, after, through)}
 
 
 async def copy_bodies(store: RunEventStore, archive: RunEventStore, thread_id: str) -> tuple[int, str]:
@@ -296,5 +362,9 @@ async def prune(
     """``store.prune``, its arguments checked: an archive given as a URL is opened for the call."""
     if not isinstance(archive, str):
         return await _Pruner(store, cutoff, archive, dry_run).run(thread_id)
-    async with open_store(archive) as opened:
+    opened = open_store(archive)  # a URL it cannot use is a ValueError, as for any store
+    await _on_archive("cannot be opened", opened.setup())
+    try:
         return await _Pruner(store, cutoff, opened, dry_run).run(thread_id)
+    finally:
+        await opened.aclose()

@@ -742,30 +742,32 @@ def engine_url(url: str | URL) -> tuple[URL, str | None]:
     driver never sees it.
     """
     parsed = make_url(url)
+    shown = parsed.render_as_string(hide_password=True)
     backend, _, driver = parsed.drivername.partition("+")
     if backend == "sqlite":
         if driver not in ("", "aiosqlite"):
-            raise ValueError(f"{url!r}: SQLite stores use the aiosqlite driver, not {driver!r}")
+            raise ValueError(f"{shown!r}: SQLite stores use the aiosqlite driver, not {driver!r}")
         if not parsed.database or parsed.database == ":memory:":
             raise ValueError(
-                f"{url!r}: a SQLite store needs a file (sqlite:///journal.db); use memory:// for an "
-                "in-process store"
+                f"{shown!r}: a SQLite store needs a file (sqlite:///journal.db); use memory:// "
+                "for an in-process store"
             )
         if "schema" in parsed.query:
-            raise ValueError(f"{url!r}: ?schema= is for PostgreSQL URLs only")
+            raise ValueError(f"{shown!r}: ?schema= is for PostgreSQL URLs only")
         return parsed.set(drivername="sqlite+aiosqlite"), None
     if backend in ("postgresql", "postgres"):
         if driver not in ("", "asyncpg"):
-            raise ValueError(f"{url!r}: PostgreSQL stores use the asyncpg driver, not {driver!r}")
+            raise ValueError(f"{shown!r}: PostgreSQL stores use the asyncpg driver, "
+                             f"not {driver!r}")
         if importlib.util.find_spec("asyncpg") is None:
             raise ImportError(f"PostgreSQL stores need the asyncpg driver: {POSTGRES_EXTRA}")
         schema = parsed.query.get("schema")
         if isinstance(schema, tuple):
-            raise ValueError(f"{url!r}: ?schema= given more than once")
+            raise ValueError(f"{shown!r}: ?schema= given more than once")
         if schema is not None:
             check_schema_name(schema)
         return parsed.difference_update_query(["schema"]).set(drivername="postgresql+asyncpg"), schema
-    raise ValueError(f"{url!r} is not a sqlite:// or postgresql:// URL")
+    raise ValueError(f"{shown!r} is not a sqlite:// or postgresql:// URL")
 
 
 def check_schema_name(schema: str) -> str:

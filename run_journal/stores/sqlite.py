@@ -38,6 +38,7 @@ from sqlalchemy.pool import NullPool
 from run_journal.stores.base import StoreClosedError
 from run_journal.stores.sql import SqlRunEventStore, engine_url, markers
 from run_journal.stores.sql_schema import migrate
+from run_journal.stores.urls import display_url
 
 T = TypeVar("T")
 _WAL_RETRY: Final = 0.01
@@ -219,7 +220,7 @@ class SqliteRunEventStore(SqlRunEventStore):
         constructor's keyword arguments."""
         driver_url, _ = engine_url(url)
         if driver_url.get_backend_name() != "sqlite" or driver_url.database is None:
-            raise ValueError(f"{url!r} is not a sqlite:// URL")
+            raise ValueError(f"{display_url(url)!r} is not a sqlite:// URL")
         return cls(driver_url.database, **options)
 
     @property

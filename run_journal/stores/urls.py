@@ -29,7 +29,7 @@ def file_path_of(url: str) -> Path:
     scheme, sep, rest = url.partition("://")
     if not sep or not rest.startswith("/") or rest == "/":
         raise ValueError(
-            f"{url!r}: a file URL needs three slashes and a path, e.g. {scheme}:///journal "
+            f"{display_url(url)!r}: a file URL needs three slashes and a path, e.g. {scheme}:///journal "
             f"(relative) or {scheme}:////var/lib/journal (absolute)"
         )
     return Path(rest[1:])
@@ -42,10 +42,11 @@ def open_store(url: str, **options: object) -> RunEventStore:
     ``redis://host:6379/0``. Options are passed to the backend's ``from_url``.
     """
     if not isinstance(url, str) or "://" not in url:
-        raise ValueError(f"not a store URL: {url!r} (expected one of {', '.join(SCHEMES)}://...)")
+        raise ValueError(f"not a store URL: {display_url(url)!r} (expected one of {', '.join(SCHEMES)}://...)")
     scheme = urlsplit(url).scheme.lower().split("+", 1)[0]
     if scheme not in BACKENDS:
-        raise ValueError(f"unknown store URL scheme {scheme!r} in {url!r}; known: {', '.join(SCHEMES)}")
+        raise ValueError(f"unknown store URL scheme {scheme!r} in {display_url(url)!r}; "
+                         f"known: {', '.join(SCHEMES)}")
     module_name, class_name = BACKENDS[scheme]
     try:
         module = importlib.import_module(module_name)

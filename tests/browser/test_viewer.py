@@ -52,8 +52,9 @@ async def test_threads_page_lists_every_thread_with_its_latest_run(
 ) -> None:
     await open_view(page, server, "#/", "#threads tbody tr")
     rows = await texts(page, "#threads tbody tr")
-    assert sorted(row.split()[0] for row in rows) == ["broken-1", "long-run", "refund-7", "research-1",
-                                                      "support-42", "team-1", "workspace-1"]
+    # most recently active first: recorded in this order, the long run dated two days back
+    assert [row.split()[0] for row in rows] == ["workspace-1", "research-1", "team-1", "broken-1", "support-42",
+                                                "refund-7", "long-run"]
     refund = next(row for row in rows if row.startswith("refund-7"))
     assert refund.split()[1:5] == ["2", "2", "440", "$0.0014"]  # runs, messages, tokens, cost
     assert refund.split()[5] == "success"  # the latest run, the resumed one
@@ -69,8 +70,8 @@ async def test_a_thread_shows_its_runs_usage_chart_and_conversation(
 ) -> None:
     await open_view(page, server, "#/t/refund-7", "#runs tbody tr")
     runs = await texts(page, "#runs tbody tr")
-    assert [run.split()[:2] for run in runs] == [["refund-asks", "interrupted"],
-                                                 ["refund-resumes", "success"]]
+    assert [run.split()[:2] for run in runs] == [["refund-resumes", "success"],  # newest first
+                                                 ["refund-asks", "interrupted"]]
     chart = await texts(page, ".usage-chart .bar-row")
     assert chart[0].startswith("fake-gpt")
     assert "440 tok" in chart[0]
