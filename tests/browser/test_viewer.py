@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -53,8 +54,8 @@ async def test_threads_page_lists_every_thread_with_its_latest_run(
     await open_view(page, server, "#/", "#threads tbody tr")
     rows = await texts(page, "#threads tbody tr")
     # most recently active first: recorded in this order, the long run dated two days back
-    assert [row.split()[0] for row in rows] == ["workspace-1", "research-1", "team-1", "broken-1", "support-42",
-                                                "refund-7", "long-run"]
+    assert [row.split()[0] for row in rows] == ["workspace-1", "research-1", "team-1", "broken-1",
+                                                "support-42", "refund-7", "long-run"]
     refund = next(row for row in rows if row.startswith("refund-7"))
     assert refund.split()[1:5] == ["2", "2", "440", "$0.0014"]  # runs, messages, tokens, cost
     assert refund.split()[5] == "success"  # the latest run, the resumed one
@@ -315,7 +316,8 @@ async def test_a_runs_scores_are_shown_on_it(page: Any, server: Served) -> None:
     assert timeline == ["refund_policy_called = pass (check): refund_policy was called once",
                         "feedback = ▲ up (human): clear and complete"]
     await open_view(page, server, "#/t/support-42/r/tool-turn-again", "#timeline .ev.terminal")
-    assert await page.locator("#scores-panel").count() == 0  # no score, no panel
+    await expect(page.locator("h1")).to_contain_text("tool-turn-again")
+    await expect(page.locator("#scores-panel")).to_have_count(0)  # no score, no panel
 
 
 async def test_two_runs_of_a_thread_compared_show_the_first_divergence_and_the_deltas(
@@ -351,3 +353,46 @@ async def test_two_runs_of_a_thread_compared_show_the_first_divergence_and_the_d
     await page.click(f'#compare-steps tr.step-only-a a:text("#{policy}")')
     await page.wait_for_selector(f'#timeline .ev[data-seq="{policy}"]')
     assert "refund_policy" in await page.locator(f'#timeline .ev[data-seq="{policy}"]').inner_text()
+
+
+async def test_feedback_buttons_record_a_score_on_a_server_that_takes_writes(
+    page: Any, recorded: dict[str, Any]
+) -> None:
+    copy = recorded["root"] / "feedback.db"
+    await asyncio.to_thread(backup, recorded["root"] / "journal.db", copy)
+    url = f"sqlite:///{copy}"
+    plain = await asyncio.to_thread(Served, url)
+    try:  # without a token the server takes no write: no buttons
+        await open_view(page, plain, "#/t/refund-7/r/refund-resumes", "#timeline .ev.terminal")
+        assert await page.locator("#feedback").count() == 0
+    finally:
+        await asyncio.to_thread(plain.stop)
+    served = await asyncio.to_thread(Served, url, "--token", "open-sesame")
+    try:
+        await open_view(page, served, "#/t/refund-7/r/refund-resumes", "form.token")
+        await page.fill("form.token input", "open-sesame")
+        await page.click("form.token button")
+        await page.wait_for_selector("#feedback")
+        assert await page.locator("#scores li").count() == 0
+        await page.fill('#feedback input[name="comment"]', "quick and right")
+        await page.click("#feedback button.thumb.up")
+        await expect(page.locator("#feedback-said")).to_contain_text("recorded as feedback = ▲ up")
+        assert await texts(page, "#scores li") == ["feedback ▲ up human quick and right"]
+        await page.click("#feedback button.thumb.down")
+        await expect(page.locator("#scores li")).to_have_count(2)
+        await page.reload()
+        await page.wait_for_selector("#scores li")
+        assert await texts(page, "#scores li") == ["feedback ▲ up human quick and right",
+                                                   "feedback ▼ down human"]
+    finally:
+        await asyncio.to_thread(served.stop)
+    async with open_store(url) as store:
+        scores = await store.list_events("refund-7", "refund-resumes", event_types=["run.score"])
+    assert [(e.content["value"], e.content.get("comment")) for e in scores] == [("up", "quick and right"),
+                                                                                ("down", None)]
+
+
+def backup(source: Path, target: Path) -> None:
+    """A consistent copy of a SQLite store (another process has it open)."""
+    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)

@@ -245,7 +245,11 @@
         cost_usd: u.cost_usd ?? b.known_cost_usd ?? null, unpriced: b.unpriced_runs || 0 };
     });
   }
-  const SVG = "http://www.w3.org/2000/svg";
+  const SVG = (() => {   // the SVG namespace, as the HTML parser gives it
+    const probe = document.createElement("div");
+    probe.innerHTML = "<svg></svg>";
+    return probe.firstChild.namespaceURI;
+  })();
   function svg(tag, attrs, ...children) {
     const el = document.createElementNS(SVG, tag);
     for (const [key, value] of Object.entries(attrs || {})) el.setAttribute(key, value);
