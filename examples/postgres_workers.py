@@ -32,7 +32,7 @@ from run_journal.projections import find_gaps
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 RUNS_PER_WORKER = 3
-EVENTS_PER_RUN = 8  # run.start, human input, AI + tool.call, tool result + outcome, AI, run.end
+EVENTS_PER_RUN = 10  # start, human input, request, AI + tool.call, tool result + outcome, request, AI, end
 
 
 @tool

@@ -20,6 +20,7 @@ from run_journal.stores.urls import open_store
 from run_journal.writer import JournalError, JournalStats, RetryPolicy, StoreTimeoutError
 
 if TYPE_CHECKING:
+    from run_journal.calls import ModelCall, ModelRequest, model_calls
     from run_journal.checks import record_score
     from run_journal.journal import AsyncRunJournal, RunJournal
     from run_journal.journal.subagents import subagent_run_event, wrap_subagent_stream
@@ -60,6 +61,9 @@ _LAZY = {
     "read_trajectory": "run_journal.trajectory",
     "trajectory_of": "run_journal.trajectory",
     "record_score": "run_journal.checks",
+    "ModelCall": "run_journal.calls",
+    "ModelRequest": "run_journal.calls",
+    "model_calls": "run_journal.calls",
 }
 """Names that load on first use: LangChain, LangGraph, SQLAlchemy and the Redis client are only paid
 for by the programs that use them (the command line starts without them)."""
@@ -81,6 +85,8 @@ __all__ = [
     "JournalStats",
     "JsonlRunEventStore",
     "MemoryRunEventStore",
+    "ModelCall",
+    "ModelRequest",
     "NewEvent",
     "RedisRunEventStore",
     "RetryPolicy",
@@ -102,6 +108,7 @@ __all__ = [
     "arecord_workspace_changes",
     "compare_runs",
     "middleware_event_type",
+    "model_calls",
     "open_store",
     "read_trajectory",
     "record_score",

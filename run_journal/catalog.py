@@ -80,6 +80,9 @@ EVENTS: Final = _define(
                     "One tool message returned to the model."),
     EventDefinition("llm.error", Category.TRACE, "RunJournal: on_llm_error",
                     "A model call failed."),
+    EventDefinition("llm.request", Category.TRACE, "RunJournal: on_chat_model_start / on_llm_start",
+                    "What one model call was sent: its messages, tools and parameters, as digests of "
+                    "bodies stored once per thread."),
     EventDefinition("tool.call", Category.TRACE, "RunJournal: tool calls in a model response",
                     "The model asked for a tool; arguments as a capped preview."),
     EventDefinition("tool.outcome", Category.TRACE, "RunJournal: on_tool_end / on_tool_error / run end",

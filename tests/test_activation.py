@@ -70,8 +70,8 @@ async def test_setting_the_variable_journals_every_run_of_a_script_that_never_im
             ("success", "ada", "first"), ("success", "ada", "second")]
         for run in runs:
             events = await store.list_events("activated", run.run_id)
-            assert [e.event_type for e in events] == ["run.start", "llm.human.input", "llm.ai.response",
-                                                      "run.end"]
+            assert [e.event_type for e in events] == ["run.start", "llm.human.input", "llm.request",
+                                                      "llm.ai.response", "run.end"]
             assert status_of(events) == "success"
 
 
@@ -82,7 +82,7 @@ async def test_a_journal_passed_explicitly_is_not_doubled(
     run_script(tmp_path, {"RUN_JOURNAL_URL": activated}, explicit)
     async with open_store(explicit) as store:
         (run,) = await store.list_runs("activated")
-        assert len(await store.list_events("activated", run.run_id)) == 4
+        assert len(await store.list_events("activated", run.run_id)) == 5  # with the model's request
     async with open_store(activated) as store:
         assert await store.list_runs("activated") == []
 

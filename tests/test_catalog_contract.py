@@ -89,6 +89,8 @@ def test_the_catalog_holds_the_specified_events() -> None:
         "agent.handoff": "trace",
         # evaluation: a score given to a run (check results, feedback)
         "run.score": "trace",
+        # what each model call was sent (its bodies stored once per thread)
+        "llm.request": "trace",
     }
     assert {name: entry.category.value for name, entry in catalog.EVENTS.items()} == specified
     assert catalog.MIDDLEWARE_EVENT.category is Category.MIDDLEWARE
@@ -256,6 +258,17 @@ def test_payload_schemas_are_applied_through_the_references() -> None:
         assert validate_record({**score, "content": {**score["content"], "value": value}}) == []
     assert validate_record({**score, "content": {**score["content"], "value": [1]}})  # not a score value
     assert validate_record({**score, "content": {"name": "helpful", "value": 1}})  # source is required
+    digest = "ab" * 32
+    request = _record(event_type="llm.request", category="trace",
+                      content={"messages_sha256": digest, "message_count": 2, "tools_sha256": None,
+                               "params_sha256": digest},
+                      metadata={"caller": "lead_agent", "llm_call_index": 0, "llm_run_id": "r",
+                                "model_name": "m", "bodies": [digest, digest]})
+    assert validate_record(request) == []
+    assert validate_record({**request, "content": {**request["content"], "messages_sha256": "AB" * 32}})
+    assert validate_record({**request, "content": {**request["content"], "message_count": -1}})
+    assert validate_record({**request, "metadata": {**request["metadata"], "bodies": ["x"]}})
+    assert validate_record({**request, "metadata": {"caller": "lead_agent", "llm_call_index": 0}})
 
 
 def test_middleware_pattern_accepts_1_to_21_characters(contract: dict[str, Any]) -> None:

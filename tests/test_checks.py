@@ -521,9 +521,9 @@ async def test_assertions_chain_and_fail_with_a_readable_message(
     message = str(raised.value)
     first, second, third = message.splitlines()
     assert first == ('tool_called search: search called once, never with args matching {"query":"rain"} '
-                     '(its args: {"query":"weather in Paris"} at seq 4)')
-    assert second.startswith(f"  run {run} (thread weather), status success; events relied on (seq): 4")
-    assert third.startswith("  steps: model call@3 -> tool search@4 -> model call@7 -> tool write_file@8")
+                     '(its args: {"query":"weather in Paris"} at seq 5)')
+    assert second.startswith(f"  run {run} (thread weather), status success; events relied on (seq): 5")
+    assert third.startswith("  steps: model call@4 -> tool search@5 -> model call@9 -> tool write_file@10")
     assert raised.value.result.passed is False
     with pytest.raises(AssertionError, match="no search call after write_file"):
         checks.called("write_file").before("search")

@@ -723,15 +723,15 @@ def test_show_and_verify_a_journaled_langgraph_run(cli: Cli, tmp_path: Path) -> 
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith(f"run {run_id}  thread lg")
     timeline = [line.split()[2] for line in shown.stdout.splitlines()[1:] if line[:2].isdigit()]
-    assert timeline == ["run.start", "llm.human.input", "llm.ai.response", "tool.call", "llm.tool.result",
-                        "tool.outcome", "llm.ai.response", "run.end"]
+    assert timeline == ["run.start", "llm.human.input", "llm.request", "llm.ai.response", "tool.call",
+                        "llm.tool.result", "tool.outcome", "llm.request", "llm.ai.response", "run.end"]
     assert "add success, 1 bytes" in shown.stdout
     assert "status success" in shown.stdout
     assert "model calls 2" in shown.stdout
     assert run_id[:8] in cli(url, "runs", "lg").stdout.splitlines()[1].split()
     verified = cli(url, "verify")
     assert verified.returncode == 0, verified.stdout
-    assert verified.stdout.strip().endswith("verified 8 events in 1 thread(s), 1 run(s): OK")
+    assert verified.stdout.strip().endswith("verified 10 events in 1 thread(s), 1 run(s): OK")
 
 
 def test_short_ids_are_the_shortest_unique_prefixes_of_the_listing() -> None:
@@ -769,7 +769,7 @@ COMMAND_ARGS: dict[str, list[str]] = {
     "export": [], "import": ["-"], "copy": ["memory://"], "usage": [],
     "reconcile": ["--older-than", "1h"],
     "serve": ["--port", "0"], "reprice": [], "prune": ["--older-than", "30d"], "check": ["suite.yaml"],
-    "diff": ["r1", "r2"],
+    "diff": ["r1", "r2"], "calls": ["r1"],
 }
 
 

@@ -61,18 +61,19 @@ def test_quickstart_journals_into_journal_db_in_the_current_directory(tmp_path: 
     assert out.splitlines()[0] == "success 133"
     assert timeline(out) == [
         (1, "run.start", "lead_agent"), (2, "llm.human.input", "lead_agent"),
-        (3, "llm.ai.response", "lead_agent"), (4, "tool.call", "lead_agent"),
-        (5, "llm.tool.result", "lead_agent"), (6, "tool.outcome", "lead_agent"),
-        (7, "llm.ai.response", "lead_agent"), (8, "run.end", "lead_agent"),
+        (3, "llm.request", "lead_agent"), (4, "llm.ai.response", "lead_agent"),
+        (5, "tool.call", "lead_agent"), (6, "llm.tool.result", "lead_agent"),
+        (7, "tool.outcome", "lead_agent"), (8, "llm.request", "lead_agent"),
+        (9, "llm.ai.response", "lead_agent"), (10, "run.end", "lead_agent"),
     ]
     assert 'get_weather({"city":"Paris"})' in out
     assert "get_weather success, 30 bytes" in out
     assert "status success: 2 model calls, 110 input + 23 output = 133 tokens, 1 tool call(s)" in out
     with sqlite3.connect(tmp_path / "journal.db") as db:
-        assert db.execute("select count(*) from run_journal_events").fetchone() == (8,)
+        assert db.execute("select count(*) from run_journal_events").fetchone() == (10,)
     again = run_example("quickstart.py", tmp_path)  # a second turn on the same thread continues seq
     assert again.splitlines()[0] == "success 133"
-    assert [seq for seq, _, _ in timeline(again)] == list(range(9, 17))
+    assert [seq for seq, _, _ in timeline(again)] == list(range(11, 21))
     assert "status success: 2 model calls, 110 input + 23 output = 133 tokens, 1 tool call(s)" in again
     first_run = re.search(r"^run (\w+) on thread t1$", out, re.MULTILINE)
     second_run = re.search(r"^run (\w+) on thread t1$", again, re.MULTILINE)
@@ -93,7 +94,7 @@ def test_quickstart_suggests_command_lines_that_run_without_an_activated_virtual
     assert run_id is not None
     assert show == f"{shlex.quote(str(script))} sqlite:///journal.db show {run_id[1]}"
     listed = run_hint(threads, tmp_path)
-    assert re.search(r"^t1\s+8\s+1\s+success", listed, re.MULTILINE), listed
+    assert re.search(r"^t1\s+10\s+1\s+success", listed, re.MULTILINE), listed
     shown = run_hint(show, tmp_path)
     assert f"run {run_id[1]}" in shown
     assert "get_weather" in shown
@@ -124,14 +125,14 @@ def test_quickstart_shows_a_virtualenv_in_the_current_directory_relative_to_it(t
     out = run_example("quickstart.py", tmp_path, python=str(python))
     threads, _ = hinted_commands(out)
     assert threads == ".venv/bin/run-journal sqlite:///journal.db threads"
-    assert re.search(r"^t1\s+8\s+1\s+success", run_hint(threads, tmp_path), re.MULTILINE)
+    assert re.search(r"^t1\s+10\s+1\s+success", run_hint(threads, tmp_path), re.MULTILINE)
     # Without the script (run_journal importable, not installed with its entry point): through Python.
     (python.parent / "run-journal").unlink()
     again = run_example("quickstart.py", tmp_path, python=str(python))
     threads, _ = hinted_commands(again)
     assert threads.startswith(".venv/bin/python ")
     assert threads.endswith(" sqlite:///journal.db threads")
-    assert re.search(r"^t1\s+16\s+2\s+success", run_hint(threads, tmp_path), re.MULTILINE)
+    assert re.search(r"^t1\s+20\s+2\s+success", run_hint(threads, tmp_path), re.MULTILINE)
 
 
 def test_tool_agent_prices_the_run(tmp_path: Path) -> None:
@@ -164,7 +165,7 @@ def test_interrupt_then_resume_names_the_interrupted_run(tmp_path: Path) -> None
         assert "value={'question': 'Approve a $40 refund?'}" in out
         assert re.findall(r"seq\s+(\d+) \w+ (\S+)", out) == [
             ("1", "run.start"), ("2", "llm.human.input"), ("3", "run.interrupt"),
-            ("4", "run.start"), ("5", "llm.ai.response"), ("6", "run.end"),
+            ("4", "run.start"), ("5", "llm.request"), ("6", "llm.ai.response"), ("7", "run.end"),
         ]
         assert "second run resumes the first: True" in out
         hint = out.rstrip().splitlines()[-1]
@@ -217,9 +218,9 @@ def test_subagent_steps_read_back_by_task_id_in_pages(tmp_path: Path) -> None:
         assert "usage lead_agent: 2 call(s), 104 tokens" in out
         assert "usage subagent:researcher: 2 call(s), 122 tokens" in out
         timeline_seqs = [int(seq) for seq in re.findall(r"^  seq\s+(\d+) ", out, re.MULTILINE)]
-        assert timeline_seqs == list(range(timeline_seqs[0], timeline_seqs[0] + 17))
+        assert timeline_seqs == list(range(timeline_seqs[0], timeline_seqs[0] + 21))
         starts.append(timeline_seqs[0])
-    assert starts == [1, 18]
+    assert starts == [1, 22]
 
 
 def test_workspace_changes_are_reviewed(tmp_path: Path) -> None:
@@ -242,15 +243,15 @@ def test_postgres_workers_share_one_dense_thread(tmp_path: Path, postgres_databa
     for _ in range(2):  # the second invocation journals new runs on a new thread of the same schema
         out = run_example("postgres_workers.py", tmp_path, f"{postgres_database_url}?schema=examples_workers")
         assert "skipped" not in out
-        thread = re.search(r"^thread (dice-\w+): 48 events from 6 runs by 2 workers$", out, re.MULTILINE)
+        thread = re.search(r"^thread (dice-\w+): 60 events from 6 runs by 2 workers$", out, re.MULTILINE)
         assert thread is not None
         threads.append(thread[1])
-        assert "seq runs from 1 to 48; gaps: none; duplicates: 0" in out
+        assert "seq runs from 1 to 60; gaps: none; duplicates: 0" in out
         followed = [int(seq) for seq in re.findall(r"^follower: seq\s+(\d+)", out, re.MULTILINE)]
-        assert followed == list(range(1, 49))
+        assert followed == list(range(1, 61))
         writers = re.search(r"writer of each seq \(1 = w1, 2 = w2\): ([12]+)", out)
         assert writers is not None
-        assert sorted(writers[1]) == ["1"] * 24 + ["2"] * 24
+        assert sorted(writers[1]) == ["1"] * 30 + ["2"] * 30
         assert "statuses: ['success']" in out
     assert threads[0] != threads[1]
 

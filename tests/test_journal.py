@@ -103,11 +103,15 @@ async def test_tool_calling_turn_exact_sequence(store: RunEventStore, no_blockin
     await journal.aclose()
     events = await run_events(store, journal)
     assert types(events) == [
-        "run.start", "llm.human.input", "llm.ai.response", "tool.call", "llm.tool.result",
-        "tool.outcome", "llm.ai.response", "run.end",
+        "run.start", "llm.human.input", "llm.request", "llm.ai.response", "tool.call", "llm.tool.result",
+        "tool.outcome", "llm.request", "llm.ai.response", "run.end",
     ]
     assert [e.seq for e in events] == sorted(e.seq for e in events)
-    start, human, first, tool_call, result, outcome, answer, end = events
+    start, human, asked, first, tool_call, result, outcome, asked_again, answer, end = events
+    assert asked.content["message_count"] == 1
+    assert asked_again.content["message_count"] == 3  # the human message, the reply, the tool result
+    assert asked.metadata["llm_call_index"] == first.metadata["llm_call_index"] == 0
+    assert asked_again.metadata["llm_call_index"] == answer.metadata["llm_call_index"] == 1
     assert journal.thread_id == "t1"
     assert start.metadata["langgraph"]["thread_id"] == "t1"
     assert human.content["content"] == "what is 1+2?"
@@ -267,9 +271,10 @@ async def test_subgraph_and_unanswered_call_is_missing(store: RunEventStore) -> 
     await journal.aclose()
     events = await run_events(store, journal)
     assert types(events) == [
-        "run.start", "llm.human.input", "llm.ai.response", "tool.call", "tool.outcome", "run.end",
+        "run.start", "llm.human.input", "llm.request", "llm.ai.response", "tool.call", "tool.outcome",
+        "run.end",
     ]
-    assert events[4].content["outcome"] == "missing"
+    assert events[5].content["outcome"] == "missing"
     assert types(events).count("run.start") == 1
 
 
@@ -405,7 +410,10 @@ async def test_graph_invoked_inside_a_sync_tool(store: RunEventStore) -> None:
     assert names.count("llm.ai.response") == 3
     assert names.index("tool.call") < names.index("tool.outcome") < len(names) - 1
     # a graph that calls a model inside a tool call is a subagent task, named after the tool
-    start, inner_response, step, end = events[names.index("tool.call") + 1:names.index("tool.call") + 5]
+    start, inner_request, inner_response, step, end = events[names.index("tool.call") + 1:
+                                                            names.index("tool.call") + 6]
+    assert inner_request.event_type == "llm.request"
+    assert inner_request.metadata["caller"] == "subagent:research"
     assert (start.event_type, start.content["task_id"], start.content["subagent"]) == (
         "subagent.start", "r1", "research")
     assert inner_response.event_type == "llm.ai.response"

@@ -29,19 +29,19 @@ class FlakyStore:
     def __init__(self, inner: RunEventStore, failures: int | None) -> None:
         self.inner, self.failures, self.calls = inner, failures, 0
 
-    async def put_batch(self, events: Iterable[Any]) -> list[RunEvent]:
+    async def put_batch(self, events: Iterable[Any], *, bodies: Any = ()) -> list[RunEvent]:
         self.calls += 1
         if self.failures is None or self.calls <= self.failures:
             batch = list(events)
             if batch and self.calls % 2 == 0:  # half the failures happen after a partial write
                 await self.inner.put_batch(batch[:1])
             raise ConnectionError("store unavailable")
-        return await self.inner.put_batch(events)
+        return await self.inner.put_batch(events, bodies=bodies)
 
-    async def put_run_close(self, events: Any, terminal: Any, row: Any) -> bool:
+    async def put_run_close(self, events: Any, terminal: Any, row: Any, *, bodies: Any = ()) -> bool:
         """A run's end in three steps, the first through the flaky ``put_batch``."""
         if events:
-            await self.put_batch(events)
+            await self.put_batch(events, bodies=bodies)
         stored, _ = await self.inner.put_event_if_absent(terminal, exclusive_types=TERMINAL_RUN_EVENTS)
         if stored.event_id != terminal.event_id:
             return False
@@ -80,8 +80,9 @@ async def test_a_row_the_store_refuses_does_not_count_stored_events_as_unwritten
     with pytest.raises(JournalError, match="elsewhere"):
         await journal.aclose()
     events = await stored(store, journal)
-    assert [e.event_type for e in events] == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
-    assert journal.stats.written == 4
+    assert [e.event_type for e in events] == ["run.start", "llm.human.input", "llm.request",
+                                              "llm.ai.response", "run.end"]
+    assert journal.stats.written == 5
     assert journal.stats.pending == 0
     assert journal.unwritten_events() == []
 
@@ -93,11 +94,12 @@ async def test_store_that_fails_twice_then_recovers(store: RunEventStore) -> Non
     await one_node_graph().ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
     await journal.aclose()
     events = await stored(store, journal)
-    assert [e.event_type for e in events] == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
-    assert [e.seq for e in events] == [1, 2, 3, 4]  # the partial write was not duplicated
+    assert [e.event_type for e in events] == ["run.start", "llm.human.input", "llm.request",
+                                              "llm.ai.response", "run.end"]
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5]  # the partial write was not duplicated
     assert flaky.calls == 3  # both failures absorbed: put_run_close fell back to step-by-step writes,
     assert journal.stats.retried == 1  # whose own failure the writer retried
-    assert journal.stats.written == 4
+    assert journal.stats.written == 5
     assert journal.stats.pending == 0
     row = await store.get_run(journal.run_id)
     assert row is not None
@@ -109,7 +111,7 @@ async def test_store_that_never_recovers(store: RunEventStore) -> None:
     out = await one_node_graph("finished anyway").ainvoke({"messages": [HumanMessage("hi")]},
                                                           {"callbacks": [journal]})
     assert out["messages"][-1].content == "finished anyway"  # the graph itself completed
-    with pytest.raises(JournalError, match="could not write 4 event"):
+    with pytest.raises(JournalError, match="could not write 5 event"):
         await journal.flush()
     assert journal.stats.failed_batches >= 1
     assert [e.event_type for e in journal.unwritten_events()][-1] == "run.end"
@@ -132,7 +134,8 @@ def test_sync_invoke_without_a_loop(store_url: str) -> None:
             assert row.status == "success"
             return [e.event_type for e in await reopened.list_events("sync")]
 
-    assert asyncio.run(read()) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    assert asyncio.run(read()) == ["run.start", "llm.human.input", "llm.request", "llm.ai.response",
+                                   "run.end"]
 
 
 async def test_backpressure_blocks_other_threads_but_loses_nothing(store: RunEventStore) -> None:
@@ -272,9 +275,9 @@ async def test_a_flush_cancelled_mid_write_leaves_the_rest_to_a_drain_task(store
     gate = asyncio.Event()
 
     class SlowStore(FlakyStore):
-        async def put_batch(self, events: Iterable[Any]) -> list[RunEvent]:
+        async def put_batch(self, events: Iterable[Any], *, bodies: Any = ()) -> list[RunEvent]:
             await gate.wait()
-            return await self.inner.put_batch(events)
+            return await self.inner.put_batch(events, bodies=bodies)
 
     journal = RunJournal(SlowStore(store, 0), thread_id="cancelled-flush")  # type: ignore[arg-type]  # a proxy
     root = uuid.uuid4()

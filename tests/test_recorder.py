@@ -51,8 +51,12 @@ def test_a_tool_turn_becomes_its_events_and_row_without_a_store_or_a_loop() -> N
     rec.chain_end({"messages": []}, root)
     events = rec.take()
     assert all(isinstance(e, NewEvent) for e in events)
-    assert types(events) == ["run.start", "llm.human.input", "llm.ai.response", "tool.call",
-                             "llm.tool.result", "tool.outcome", "llm.ai.response", "run.end"]
+    assert types(events) == ["run.start", "llm.human.input", "llm.request", "llm.ai.response", "tool.call",
+                             "llm.tool.result", "tool.outcome", "llm.request", "llm.ai.response", "run.end"]
+    first, second = (e for e in events if e.event_type == "llm.request")
+    assert first.metadata["llm_run_id"] == str(model1)
+    assert second.metadata["llm_run_id"] == str(model2)
+    assert [first.metadata["llm_call_index"], second.metadata["llm_call_index"]] == [0, 1]
     stored = "".join(e.content_json + e.metadata_json for e in events if isinstance(e, NewEvent))
     assert "sk-secret" not in stored
     assert rec.take() == []

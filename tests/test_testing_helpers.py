@@ -29,8 +29,8 @@ def test_capture_run_records_a_sync_run_into_memory() -> None:
     with capture_run(thread_id="sync") as run:
         agent().invoke({"messages": [("user", "1+2?")]}, run.config)
     assert run.status == "success"
-    assert run.event_types == ["run.start", "llm.human.input", "llm.ai.response", "tool.call",
-                               "llm.tool.result", "tool.outcome", "llm.ai.response", "run.end"]
+    assert run.event_types == ["run.start", "llm.human.input", "llm.request", "llm.ai.response", "tool.call",
+                               "llm.tool.result", "tool.outcome", "llm.request", "llm.ai.response", "run.end"]
     assert run.row is not None
     assert run.row.usage.total_tokens == 52 + 62
     (outcome,) = run.of_type("tool.outcome")

@@ -60,17 +60,17 @@ class Gate:
         if self.hung:
             await asyncio.Event().wait()  # never set: the network ate the request
 
-    async def put_batch(self, events: Iterable[Any]) -> list[RunEvent]:
+    async def put_batch(self, events: Iterable[Any], *, bodies: Any = ()) -> list[RunEvent]:
         await self._gate()
-        return await self.inner.put_batch(events)
+        return await self.inner.put_batch(events, bodies=bodies)
 
     async def put_event_if_absent(self, event: NewEvent, **options: Any) -> tuple[RunEvent, bool]:
         await self._gate()
         return await self.inner.put_event_if_absent(event, **options)
 
-    async def put_run_close(self, events: Any, terminal: NewEvent, row: RunRow) -> bool:
+    async def put_run_close(self, events: Any, terminal: NewEvent, row: RunRow, *, bodies: Any = ()) -> bool:
         await self._gate()
-        return await self.inner.put_run_close(events, terminal, row)
+        return await self.inner.put_run_close(events, terminal, row, bodies=bodies)
 
     async def put_run(self, row: RunRow) -> RunRow:
         await self._gate()
@@ -114,9 +114,9 @@ async def test_events_from_threads_and_the_loop_are_stored_once_in_submission_or
 
 async def test_flush_returns_once_everything_before_it_and_the_row_are_stored() -> None:
     class Slow(MemoryRunEventStore):
-        async def put_batch(self, events: Any) -> Any:
+        async def put_batch(self, events: Any, *, bodies: Any = ()) -> Any:
             await asyncio.sleep(0.03)
-            return await super().put_batch(events)
+            return await super().put_batch(events, bodies=bodies)
 
     store = Slow()
     journal = RunJournal(store, thread_id="flushing", flush_interval=5.0, batch_size=3)
@@ -281,7 +281,10 @@ async def test_after_a_failed_flush_or_close_the_next_one_writes_everything(
     with pytest.raises(JournalError, match="store down"):
         await finish()
     unwritten = journal.unwritten_events()
-    assert [e.event_type for e in unwritten] == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    assert [e.event_type for e in unwritten] == ["run.start", "llm.human.input", "llm.request",
+                                                 "llm.ai.response", "run.end"]
+    (request,) = [e for e in unwritten if e.event_type == "llm.request"]
+    assert {body.digest for body in unwritten.bodies} >= set(request.metadata["bodies"])  # to write by hand
     assert unwritten.run_row is not None
     assert unwritten.run_row.status == RunStatus.SUCCESS
     with pytest.raises(JournalError, match="store down"):  # still down: tried again, failed again
@@ -290,11 +293,13 @@ async def test_after_a_failed_flush_or_close_the_next_one_writes_everything(
     await finish()
     await journal.aclose()
     events = await run_events(store, thread)
-    assert [e.event_type for e in events] == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    assert [e.event_type for e in events] == ["run.start", "llm.human.input", "llm.request",
+                                              "llm.ai.response", "run.end"]
     row = await store.get_run(journal.run_id)
     assert row is not None
     assert (row.status, row.message_count) == (RunStatus.SUCCESS, 2)
     assert journal.unwritten_events() == []
+    assert journal.unwritten_events().bodies == []
     assert journal.unwritten_events().run_row is None
 
 

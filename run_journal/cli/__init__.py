@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 from urllib.parse import urlsplit
 
+from run_journal.cli.calls import add_calls_command
 from run_journal.cli.check import add_check_command
 from run_journal.cli.common import CliError, Command, blamed, describe, hide_passwords, is_backend_error
 from run_journal.cli.diff import add_diff_command
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--traceback", action="store_true", help="show full errors (for bug reports)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for register in (add_reading_commands, add_maintenance_commands, add_serve_command, add_reprice_command,
-                     add_prune_command, add_check_command, add_diff_command):
+                     add_prune_command, add_check_command, add_diff_command, add_calls_command):
         register(sub)
     parser.set_defaults(commands=tuple(sub.choices))
     return parser

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final, TextIO
 
 from run_journal.bodies import Body, check_body
+from run_journal.calls import request_problems
 from run_journal.cli.common import (
     PAGE,
     CliError,
@@ -89,6 +90,8 @@ async def cmd_verify(store: RunEventStore, args: argparse.Namespace, out: TextIO
                 report(f"{where} ({event.event_type})", problem)
         if gaps := find_gaps(seqs):
             report(f"thread {thread_id}", f"missing seq {ranges(gaps)} (lost writes or a deleted run)")
+        for seq, problem in await request_problems(store, thread_id, listed=False):  # the chains resolve
+            report(f"thread {thread_id} seq {seq}", problem)
         last = await store.last_seq(thread_id)
         if seqs and last < seqs[-1]:
             report(f"thread {thread_id}", f"last_seq {last} is below the highest stored seq {seqs[-1]}")

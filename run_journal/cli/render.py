@@ -91,6 +91,12 @@ def summary(event: RunEvent) -> str:
         return _message_summary(name, content, meta)
     if name == "tool.call":
         return f"{_field(content, 'tool_name')}({_field(content, 'args_preview')})"
+    if name == "llm.request":
+        count = _field(content, "message_count", 0)
+        tools = "tools" if _field(content, "tools_sha256", None) else "no tools"
+        model = meta.get("model_name")
+        return (f"{count} message{'' if count == 1 else 's'}, {tools}"
+                f"{f', {model}' if model else ''} (call {meta.get('llm_call_index')})")
     if name == "tool.outcome":
         return _outcome_summary(content)
     if name == "context:memory":

@@ -291,6 +291,11 @@ def router(
             store, *ids(thread_id, run_id), event_types=_types(event_types), task_id=task,
             limit=limit, after_seq=after_seq, user_id=user))
 
+    @api_get("/api/threads/{thread_id}/runs/{run_id}/calls", response_model=schema.ModelCallList,
+             dependencies=dependencies, summary="A run's model calls: what each was sent and answered")
+    async def run_calls(thread_id: str, run_id: str, user: User) -> Response:
+        return json_response(await views.model_call_list(store, *ids(thread_id, run_id), user))
+
     @api_get("/api/threads/{thread_id}/runs/{run_id}/workspace-changes",
              response_model=schema.WorkspaceReview, dependencies=dependencies,
              summary="The run's latest workspace_changes (files and diffs)")

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from run_journal.catalog import MIDDLEWARE_PREFIX, canonical_event_type
+from run_journal.catalog import LEAD_AGENT, MIDDLEWARE_PREFIX, SUBAGENT_PREFIX, canonical_event_type
 from run_journal.checks.scores import SCORE_EVENT, record_score
 from run_journal.envelope import JsonObject, RunEvent
 from run_journal.http import views
@@ -78,15 +78,15 @@ NO_WORKSPACE_CHANGES: Final[JsonObject] = {
 
 # -- runs ------------------------------------------------------------------------------------------
 def _caller_group(caller: str) -> str:
-    if caller.startswith("subagent:"):
+    if caller.startswith(SUBAGENT_PREFIX):
         return "subagent"
     if caller.startswith(MIDDLEWARE_PREFIX):
         return "middleware"
-    return "lead_agent"  # lead_agent, agent:<name> (the agents a user talks to), unattributed
+    return LEAD_AGENT  # lead_agent, agent:<name> (the agents a user talks to), unattributed
 
 
 def caller_tokens(rows: Iterable[RunRow]) -> dict[str, int]:
-    tokens = {"lead_agent": 0, "subagent": 0, "middleware": 0}
+    tokens = {LEAD_AGENT: 0, "subagent": 0, "middleware": 0}
     for row in rows:
         for caller, totals in row.usage_by_caller.items():
             tokens[_caller_group(caller)] += totals.total_tokens
@@ -113,7 +113,7 @@ def run_response(row: RunRow) -> JsonObject:
         "created_at": created.isoformat(), "updated_at": row.updated_at.isoformat(),
         "total_input_tokens": row.usage.input_tokens, "total_output_tokens": row.usage.output_tokens,
         "total_tokens": row.usage.total_tokens, "llm_call_count": row.usage.llm_calls,
-        "lead_agent_tokens": callers["lead_agent"], "subagent_tokens": callers["subagent"],
+        "lead_agent_tokens": callers[LEAD_AGENT], "subagent_tokens": callers["subagent"],
         "middleware_tokens": callers["middleware"], "message_count": row.message_count,
         "stop_reason": None,
     }

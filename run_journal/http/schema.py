@@ -202,3 +202,39 @@ class Error(BaseModel):
     error: str = Field(description="bad_request, unauthorized, forbidden, not_found, not_allowed, "
                                    "unavailable or internal.")
     detail: str
+
+
+class ModelRequest(BaseModel):
+    """What a model call was sent (``ModelRequest.to_dict()``)."""
+
+    messages: list[dict[str, Any]] = Field(
+        description="LangChain message dicts (type, content, tool_calls, ...).")
+    tools: list[Any] | None = Field(description="OpenAI tool format; null when none was offered.")
+    params: dict[str, Any]
+    message_count: int
+    missing: list[str] = Field(description="Digests of bodies the store does not hold.")
+
+
+class ModelCall(BaseModel):
+    """One model call (``ModelCall.to_dict()``)."""
+
+    index: int
+    caller: str
+    model: str | None
+    provider: str | None
+    request: ModelRequest | None = Field(description="null when the run was journaled without requests.")
+    reply: dict[str, Any] | None
+    error: dict[str, Any] | None
+    usage: dict[str, Any] | None
+    cost_usd: float | None
+    latency_ms: int | None
+    time_to_first_token_ms: int | None
+    request_seq: int | None
+    reply_seq: int | None
+    llm_run_id: str | None
+
+
+class ModelCallList(BaseModel):
+    thread_id: str
+    run_id: str
+    data: list[ModelCall]

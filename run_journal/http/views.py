@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Final
 
+from run_journal.calls import model_calls
 from run_journal.catalog import TERMINAL_RUN_EVENTS
 from run_journal.checks.scores import SCORE_EVENT, ScoreValue, record_score
 from run_journal.envelope import JsonObject, JsonValue, RunEvent
@@ -32,6 +33,7 @@ __all__ = [
     "find_run",
     "give_feedback",
     "history_page",
+    "model_call_list",
     "run_dict",
     "run_message_page",
     "run_page",
@@ -202,6 +204,15 @@ async def find_run(
     if await store.list_events(thread_id, run_id, limit=1, user_id=user_id):
         return RunRef(thread_id, run_id, None)
     raise NotFound(f"run {run_id!r} not found in thread {thread_id!r}")
+
+
+async def model_call_list(
+    store: RunEventStore, thread_id: str, run_id: str, user_id: str | None
+) -> JsonObject:
+    """The run's model calls (``model_calls``), read with the caller's scope."""
+    await find_run(store, thread_id, run_id, user_id)
+    calls = await model_calls(store, thread_id, run_id, user_id=user_id)
+    return {"thread_id": thread_id, "run_id": run_id, "data": [call.to_dict() for call in calls]}
 
 
 async def run_detail(

@@ -26,10 +26,12 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 
+from run_journal.bodies import Body
 from run_journal.envelope import NewEvent, new_event_id, validate_id
 from run_journal.journal import payloads as p
 from run_journal.journal.exports import RunExporter, RunExports
 from run_journal.journal.recorder import RunRecorder
+from run_journal.journal.requests import store_identity
 from run_journal.journal.resume import ResumeStart
 from run_journal.redact import Redactor, resolve_redactor
 from run_journal.runs import RowSnapshot, RunRow
@@ -50,9 +52,11 @@ logger = logging.getLogger("run_journal")
 
 class UnwrittenEvents(list[NewEvent]):
     """What the store does not have yet, in order, plus ``run_row``: the latest run row if it is not
-    stored either. Enough to finish the job by hand (``put_batch``, then ``put_run``)."""
+    stored either, and ``bodies``: what the events' model requests refer to. Enough to finish the
+    job by hand (``put_batch(events, bodies=bodies)``, then ``put_run``)."""
 
     run_row: RunRow | None = None
+    bodies: list[Body] = []  # noqa: RUF012 - replaced per instance, never mutated
 
 
 class RunJournal(BaseCallbackHandler):
@@ -94,6 +98,7 @@ class RunJournal(BaseCallbackHandler):
         store_timeout: float = 30.0,
         open_timeout: float = OPEN_TIMEOUT,
         middleware_events: str = "changes",
+        record_requests: bool = True,
         exporters: Sequence[RunExporter] = (),
     ) -> None:
         super().__init__()
@@ -109,6 +114,8 @@ class RunJournal(BaseCallbackHandler):
             run_id=self.run_id, user_id=self.user_id,
             resumed_from=validate_id("resumed_from", resumed_from) if resumed_from else None,
             redact=resolve_redactor(redact), pricing=pricing, middleware_events=middleware_events,
+            record_requests=record_requests,
+            store_key=store_identity(store) if record_requests else (None, None),
         )
         exports = RunExports(exporters) if exporters else None
         self._writer = EventWriter(
@@ -162,6 +169,7 @@ class RunJournal(BaseCallbackHandler):
         events, row = self._writer.unwritten()
         unwritten = UnwrittenEvents(held + events)
         unwritten.run_row = row
+        unwritten.bodies = self._writer.unwritten_bodies()
         return unwritten
 
     # -- durability ----------------------------------------------------------------------------------

@@ -15,11 +15,11 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
 from run_journal.catalog import (
@@ -33,6 +33,7 @@ from run_journal.catalog import (
 )
 from run_journal.envelope import NewEvent, Normalized, new_event_id, sha256_hex, utc_now, validate_id
 from run_journal.journal import payloads as p
+from run_journal.journal.requests import REGISTRY, MessageKey, RequestBuilder, message_key
 from run_journal.journal.state import LlmCall, MiddlewareHook, NestedAgent, RunState, Scope, ToolRun
 from run_journal.journal.subagents import subagent_run_event
 from run_journal.normalization import encode
@@ -40,6 +41,7 @@ from run_journal.redact import Redactor, redacted_string, redacted_text
 from run_journal.runs import TERMINAL_STATUSES, RowSnapshot, RunRow, RunStatus
 from run_journal.usage.reading import extract_usage, model_name_of, provider_of, usage_from_mapping
 from run_journal.usage.tally import PricingOption, RunTally, cap_text
+from run_journal.writer import WithBodies
 
 logger = logging.getLogger("run_journal")
 CANCELLED: Final = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
@@ -58,7 +60,8 @@ class RunRecorder:
 
     def __init__(self, *, thread_id: str | None, run_id: str, user_id: str | None,
                  resumed_from: str | None, redact: Redactor, pricing: PricingOption,
-                 middleware_events: str = "changes") -> None:
+                 middleware_events: str = "changes", record_requests: bool = True,
+                 store_key: tuple[Hashable | None, Any] = (None, None)) -> None:
         if middleware_events not in MIDDLEWARE_EVENT_MODES:
             raise ValueError(f"middleware_events must be one of {', '.join(MIDDLEWARE_EVENT_MODES)}")
         self.middleware_events = middleware_events
@@ -73,9 +76,13 @@ class RunRecorder:
         self.tally = RunTally(pricing=pricing)
         self.changed = False
         """Something the run row shows changed since the last :meth:`row` snapshot."""
+        self.record_requests = record_requests
+        """Each model call writes ``llm.request``: what it was sent (``journal/requests.py``)."""
+        self._store_key = store_key
+        self._requests: RequestBuilder | None = None
         self._out: list[NewEvent] = []
         self._held: list[NewEvent] = []
-        self._payloads: dict[str, tuple[BaseMessage, Normalized]] = {}
+        self._payloads: dict[str, tuple[BaseMessage, MessageKey, Normalized]] = {}
         self.resume_lookup: NewEvent | None = None
         """The ``run.start`` of a resumed run whose origin was not given: the store knows it (the
         journal has the writer look it up, see ``journal/resume.py``)."""
@@ -271,9 +278,33 @@ class RunRecorder:
         model = params.get("model_name") or params.get("model") or (metadata or {}).get("ls_model_name")
         step_of = task if scope is not None and scope.hook is None else None
         provider = (metadata or {}).get("ls_provider")
-        state.llm_calls[run_id] = LlmCall(caller, str(model) if model else None, state.next_llm_index(),
-                                          time.monotonic(), task=step_of,
-                                          provider=provider if isinstance(provider, str) else None)
+        call = LlmCall(caller, str(model) if model else None, state.next_llm_index(), time.monotonic(),
+                       task=step_of, provider=provider if isinstance(provider, str) else None)
+        state.llm_calls[run_id] = call
+        if self.record_requests:
+            self._request(call, run_id, kind, inputs, params)
+
+    def _request(self, call: LlmCall, run_id: uuid.UUID, kind: str, inputs: Any,
+                 params: Mapping[str, Any]) -> None:
+        """``llm.request``: the call's messages, tools and parameters as body digests; the bodies the
+        store may not have travel with it."""
+        builder = self._requests
+        if builder is None:
+            assert self.thread_id is not None
+            key, owner = self._store_key
+            builder = self._requests = RequestBuilder(
+                REGISTRY.get(key, owner, self.thread_id, self.redact), self.redact, self._message_payload)
+        if kind == "llm":
+            messages: list[BaseMessage] = [HumanMessage(str(prompt)) for prompt in inputs or ()]
+        else:
+            messages = [m for m in inputs or () if isinstance(m, BaseMessage)]
+        content, named, bodies = builder.build(messages, params)
+        meta = {"caller": call.caller, "llm_call_index": call.index, "llm_run_id": str(run_id),
+                "model_name": call.model, "model_provider": call.provider, "bodies": named}
+        event = NewEvent._checked_by_producer(  # the journal's own fixed keys: nothing to redact
+            self.thread_id or "pending", self.run_id, "llm.request", "trace", encode(content), encode(meta),
+            utc_now(), self.user_id)
+        self._out.append(WithBodies.carrying(event, bodies, builder.bodies.stored) if bodies else event)
 
     def new_token(self, run_id: uuid.UUID) -> None:
         call = self.state.llm_calls.get(run_id)
@@ -495,14 +526,16 @@ class RunRecorder:
         return redacted_text(encode(value), self.redact)
 
     def _message_payload(self, message: BaseMessage) -> Normalized:
-        """A message's redacted, normalized payload, computed once per message id per run."""
+        """A message's redacted, normalized payload, computed once per message id per run (again
+        when the message changed in place: its cheap key tells)."""
         key = message.id if isinstance(message.id, str) and message.id else None
         cached = self._payloads.get(key) if key else None
-        if cached is None or cached[0] is not message:
-            cached = (message, p.message_payload(message, self.redact))
-            if key:
-                self._payloads[key] = cached
-        return cached[1]
+        if cached is not None and cached[0] is message and cached[1] == message_key(message):
+            return cached[2]
+        payload = p.message_payload(message, self.redact)
+        if key:
+            self._payloads[key] = (message, message_key(message), payload)
+        return payload
 
     def _note_interrupts(self, error: BaseException) -> None:
         for item in p.interrupts_of(error):

@@ -14,7 +14,8 @@ plain attributes::
 
 ``ScriptedChatModel`` and ``reply()`` give the graph a model that answers from a script, with the
 token usage and model name a provider reports, and accepts ``bind_tools`` (so ``create_agent`` and
-``create_react_agent`` take it).
+``create_react_agent`` take it). ``model.received`` lists the messages of each call it answered, and
+``model.tools_offered`` the tools of each (OpenAI tool format), to compare with what was journaled.
 """
 
 from __future__ import annotations
@@ -24,8 +25,12 @@ from collections.abc import Coroutine, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import Field
 
 from run_journal.envelope import RunEvent
 from run_journal.journal import AsyncRunJournal, RunJournal
@@ -113,13 +118,26 @@ def capture_run(**journal_options: Any) -> CapturedRun:
 
 class ScriptedChatModel(GenericFakeChatModel):
     """A chat model answering each call with the next message of its script (``reply()`` builds
-    them); ``bind_tools`` returns the model itself, as the script already holds the tool calls."""
+    them). ``bind_tools`` binds the tools (in OpenAI tool format) as a provider's model does, so a
+    call's invocation parameters list them; the script already holds the tool calls.
+
+    ``received``: the messages of each call, in call order; ``tools_offered``: the tools each call
+    was given (an empty list when none)."""
+
+    received: list[list[BaseMessage]] = Field(default_factory=list)
+    tools_offered: list[list[dict[str, Any]]] = Field(default_factory=list)
 
     def __init__(self, script: Sequence[AIMessage], **kwargs: Any) -> None:
         super().__init__(messages=iter(list(script)), **kwargs)
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
-        return self
+        return self.bind(tools=[convert_to_openai_tool(tool) for tool in tools], **kwargs)
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        self.received.append(list(messages))
+        self.tools_offered.append(list(kwargs.get("tools") or []))
+        return super()._generate(messages, stop, run_manager, **kwargs)
 
 
 def reply(text: str = "", *, tool_calls: Sequence[tuple[str, dict[str, Any], str]] = (),

@@ -14,7 +14,8 @@ The whole model, in five rules:
    been quiet for ``flush_interval``, or its oldest queued event has waited ``max_flush_delay``),
    writes it, and only then removes it from the queue. It ends when the queue is empty. So a run whose
    events keep coming (a short run, however slow a busy machine makes it) is written in one store call:
-   its events, its terminal event and its final row together (``put_run_close``).
+   its events, its terminal event and its final row together (``put_run_close``). The bodies an event
+   refers to (a model call's messages, tools, parameters) go in the same store call as the event.
 4. **Every store call has a deadline and a retry budget.** A failure is retried with the same
    ``event_id``s (stores ignore what they have). A call past ``store_timeout`` is abandoned: the
    waiting flushes fail at once and the next flush starts a fresh drain task; the abandoned task,
@@ -44,6 +45,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, Protocol, TypeVar
 
+from run_journal.bodies import Body
 from run_journal.catalog import TERMINAL_RUN_EVENTS
 from run_journal.envelope import NewEvent
 from run_journal.runs import RowSnapshot, RunRow
@@ -77,6 +79,30 @@ class Deferred(Protocol):
     async def resolve(self, store: RunEventStore) -> NewEvent: ...
 
 
+class WithBodies(NewEvent):
+    """An event that brings the bodies it refers to which the store may not have yet: they are
+    written in the same store call. ``stored`` is told their digests once they are. Everywhere else
+    it is the ``NewEvent`` it was built as."""
+
+    __slots__ = ("bodies", "stored")
+    bodies: tuple[Body, ...]
+    stored: Callable[[Sequence[str]], None] | None
+
+    @classmethod
+    def carrying(cls, event: NewEvent, bodies: Sequence[Body],
+                 stored: Callable[[Sequence[str]], None] | None = None) -> WithBodies:
+        """``event`` (encoded already) with ``bodies``."""
+        carrier: WithBodies = object.__new__(cls)
+        for name in NewEvent.__slots__:
+            if hasattr(event, name):
+                _SLOT_SETTERS[name](carrier, getattr(event, name))
+        _SLOT_SETTERS["bodies"](carrier, tuple(bodies))
+        _SLOT_SETTERS["stored"](carrier, stored)
+        return carrier
+
+
+_SLOT_SETTERS: Final = {name: owner.__dict__[name].__set__ for owner in (NewEvent, WithBodies)
+                        for name in owner.__slots__}
 Item = NewEvent | Deferred
 RowStored = Callable[[RunEventStore, RunRow], None]
 """Told, on the writer's loop, of every run row once it is stored."""
@@ -282,6 +308,11 @@ class EventWriter:
             row = self._row if self._row_version > self._row_stored else None
         return events, None if row is None else row()
 
+    def unwritten_bodies(self) -> list[Body]:
+        """The bodies the unwritten events bring with them (write them with those events)."""
+        with self._lock:
+            return [body for item in self._queue if isinstance(item, WithBodies) for body in item.bodies]
+
     # -- flush and close (any loop or thread) ------------------------------------------------------
     async def flush(self) -> None:
         """Wait until everything queued so far and the latest row are stored (``JournalError`` if
@@ -436,29 +467,35 @@ class EventWriter:
                            items: list[Item]) -> None:
         events = [item if isinstance(item, NewEvent) else
                   await self._store_call(me, functools.partial(item.resolve, store)) for item in items]
+        carried = [item for item in items if isinstance(item, WithBodies)]
         with self._lock:
             follows = self._row_after == self._done + len(items)
             row, version = (self._row, self._row_version) if follows else (None, 0)
         terminal = events[-1] if events[-1].event_type in TERMINAL_RUN_EVENTS else None
         if row is not None and terminal is not None and version > self._row_stored:
             final = row()
-            try:  # the run's end in one step: last events, terminal event, final row
+            bodies = _bodies(carried)
+            try:  # the run's end in one step: last events (and their bodies), terminal event, final row
                 closed = await self._attempt(me, functools.partial(
-                    store.put_run_close, events[:-1], terminal, final))
+                    store.put_run_close, events[:-1], terminal, final, bodies=bodies) if bodies else
+                    functools.partial(store.put_run_close, events[:-1], terminal, final))
             except Exception:
                 logger.debug("run-journal: put_run_close failed; writing step by step", exc_info=True)
             else:
+                _acknowledge(carried)
                 self._taken(items, superseded=0 if closed else 1)
                 self._row_written(version, store, final)
                 return
-        superseded, run = 0, list[NewEvent]()
+        superseded, run, with_run = 0, list[NewEvent](), list[WithBodies]()
         for event in events:
             if event.event_type not in TERMINAL_RUN_EVENTS:
                 run.append(event)
+                if isinstance(event, WithBodies):
+                    with_run.append(event)
                 continue
             if run:
-                await self._store_call(me, functools.partial(store.put_batch, run))
-                run = []
+                await self._put_batch(me, store, run, with_run)
+                run, with_run = [], []
             stored, _ = await self._store_call(me, functools.partial(
                 store.put_event_if_absent, event, exclusive_types=TERMINAL_RUN_EVENTS))
             if stored.event_id != event.event_id:
@@ -466,8 +503,15 @@ class EventWriter:
                 logger.warning("run-journal: run %s already has a terminal event (reconcile_orphans "
                                "closed it?); its %s is not written", event.run_id, event.event_type)
         if run:
-            await self._store_call(me, functools.partial(store.put_batch, run))
+            await self._put_batch(me, store, run, with_run)
         self._taken(items, superseded)
+
+    async def _put_batch(self, me: asyncio.Task[None] | None, store: RunEventStore, events: list[NewEvent],
+                         carried: list[WithBodies]) -> None:
+        bodies = _bodies(carried)
+        await self._store_call(me, functools.partial(store.put_batch, events, bodies=bodies) if bodies
+                               else functools.partial(store.put_batch, events))
+        _acknowledge(carried)
 
     async def _write_row(self, me: asyncio.Task[None] | None, store: RunEventStore) -> None:
         """The latest row snapshot, once the events it follows are stored (rows coalesce)."""
@@ -572,6 +616,17 @@ class EventWriter:
                 self._waiters = [w for w in self._waiters if w not in ready]
         for waiter in ready:
             _settle(waiter.future, None)
+
+
+def _bodies(carried: Sequence[WithBodies]) -> list[Body]:
+    return [body for item in carried for body in item.bodies]
+
+
+def _acknowledge(carried: Sequence[WithBodies]) -> None:
+    """Tell the senders of the bodies just written that the store has them."""
+    for item in carried:
+        if item.stored is not None and item.bodies:
+            item.stored([body.digest for body in item.bodies])
 
 
 def _settle(future: concurrent.futures.Future[None], outcome: BaseException | None) -> None:

@@ -5,8 +5,10 @@ deeper than 32 levels, graph inputs, interrupts and resume values, middleware ch
 steps), and written out as ``key=value``, ``'key': 'value'`` or ``Authorization: Bearer ...`` where
 programs write credentials in free text (what a tool returned, as a dict, as JSON text, as content
 blocks and as an artifact; exception messages of a tool, a model and a graph node; the traceback,
-whose source lines hold the secret; a subagent task's dict-valued error and result), is found in no
-stored event, no run row, no ``run-journal export`` output and no HTTP API response.
+whose source lines hold the secret; a subagent task's dict-valued error and result; a model call's
+request: its messages, a tool's JSON schema and description, the invocation parameters), is found in
+no stored event, no stored body, no run row, no ``run-journal export`` output and no HTTP API
+response.
 
 The property test plants it at random depths and places under random spellings of the key and
 random ways of writing it out; the example test plants it everywhere at once and runs on every
@@ -40,7 +42,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.outputs import ChatResult
-from langchain_core.tools import tool
+from langchain_core.tools import StructuredTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
@@ -49,6 +51,7 @@ from langgraph.types import Command, interrupt
 
 from run_journal import RunEventStore, RunJournal, open_store
 from run_journal.cli import main as cli
+from run_journal.testing.capture import ScriptedChatModel, reply
 
 pytestmark = pytest.mark.reliability
 
@@ -195,6 +198,36 @@ class RefusingModel(BaseChatModel):
         return "refusing"
 
 
+class Credentials(pydantic.BaseModel):
+    """A tool's arguments whose schema carries a credential as a default."""
+
+    query: str
+    api_key: str = pydantic.Field(default=SECRET, description="the key to use")
+
+
+def requests_graph(planted: Any) -> Any:
+    """A model call whose request carries the plant: in a message (JSON text and a content block),
+    in a tool's JSON schema (a default under a credential-named property) and description (JSON
+    text), and in the invocation parameters (headers bound to the model)."""
+
+    def search(query: str, api_key: str = "") -> str:
+        return "found"
+
+    tools = [StructuredTool.from_function(search, args_schema=Credentials, description="search the web"),
+             StructuredTool.from_function(search, name="described", args_schema=Credentials,
+                                          description=json.dumps(planted))]
+    model = ScriptedChatModel([reply("done")]).bind_tools(tools).bind(
+        extra_headers={"Authorization": f"Bearer {SECRET}"}, metadata_payload=planted)
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    return builder.compile()
+
+
 def login(model: BaseChatModel, password: str) -> Any:
     return model.invoke([HumanMessage(f"log in as ada with {len(password)} characters")])
 
@@ -253,7 +286,22 @@ async def journal_everything(store: RunEventStore, thread: str, planted: Any, te
     with pytest.raises(PermissionError):
         await failing_graph(text).ainvoke({"messages": [("user", "log in")]}, {"callbacks": [fourth]})
     await fourth.aclose()
-    return [first.run_id, second.run_id, third.run_id, fourth.run_id]
+    fifth = RunJournal(store, thread_id=thread, redact=redact)
+    asked = HumanMessage(content=[{"type": "text", "text": json.dumps(planted)},
+                                  {"type": "data", "payload": planted}])
+    await requests_graph(planted).ainvoke({"messages": [asked]}, {"callbacks": [fifth]})
+    await fifth.aclose()
+    return [first.run_id, second.run_id, third.run_id, fourth.run_id, fifth.run_id]
+
+
+async def stored_bodies(store: RunEventStore, thread: str) -> list[str]:
+    """The text of every body the thread's requests stored."""
+    texts: list[str] = []
+    after = None
+    while page := await store.list_bodies(thread, after=after):
+        texts += [body.data.decode("utf-8") for body in page]
+        after = page[-1].digest
+    return texts
 
 
 async def stored_text(store: RunEventStore, thread: str, run_ids: list[str]) -> str:
@@ -261,8 +309,10 @@ async def stored_text(store: RunEventStore, thread: str, run_ids: list[str]) -> 
     rows = [await store.get_run(run_id) for run_id in run_ids]
     assert len(events) >= 8
     assert all(row is not None for row in rows)
+    bodies = await stored_bodies(store, thread)
+    assert any('"described"' in body for body in bodies)  # the requests' bodies are there to search
     return "\n".join([*(json.dumps(e.to_dict()) for e in events),
-                      *(json.dumps(row.to_dict(), default=str) for row in rows if row is not None)])
+                      *(json.dumps(row.to_dict(), default=str) for row in rows if row is not None), *bodies])
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -287,7 +337,8 @@ async def http_text(store: RunEventStore, thread: str, run_ids: list[str]) -> st
     paths = ["/api/threads", f"{base}/runs", f"{base}/messages/page?limit=1000", f"{base}/token-usage"]
     for run in run_ids:
         paths += [f"{base}/runs/{run}", f"{base}/runs/{run}/messages?limit=1000",
-                  f"{base}/runs/{run}/events?limit=1000", f"{base}/runs/{run}/workspace-changes"]
+                  f"{base}/runs/{run}/events?limit=1000", f"{base}/runs/{run}/workspace-changes",
+                  f"{base}/runs/{run}/calls"]
     transport = httpx.ASGITransport(app=create_app(store))
     bodies = []
     async with httpx.AsyncClient(transport=transport, base_url="http://journal") as client:
@@ -335,8 +386,10 @@ async def test_every_planted_place_is_journaled_when_redaction_is_off() -> None:
     async with open_store("memory://") as store:
         run_ids = await journal_everything(store, "in-clear", planted, text, redact=False)
         events = await store.list_events("in-clear", limit=10_000)
-        failed = await store.get_run(run_ids[-1])
+        failed = await store.get_run(run_ids[-2])
+        bodies = await stored_bodies(store, "in-clear")
     found = set(places(events))
+    assert sum(SECRET in body for body in bodies) >= 3  # the message, a tool list, the parameters
     for expected in [("llm.tool.result", "content"), ("tool.outcome", "content"), ("llm.error", "content"),
                      ("run.error", "content"), ("subagent.step", "content"), ("subagent.end", "content"),
                      ("tool.call", "content"), ("run.start", "metadata"), ("run.interrupt", "content"),

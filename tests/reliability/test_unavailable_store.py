@@ -155,8 +155,10 @@ async def test_an_explicit_journal_whose_store_cannot_open_lets_the_graph_run_an
     assert out["messages"][-1].content == "still answered"
     with pytest.raises(JournalError, match="unknown store URL scheme 'sqlit'"):
         await journal.flush()
-    assert [e.event_type for e in journal.unwritten_events()] == [
-        "run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    unwritten = journal.unwritten_events()
+    assert [e.event_type for e in unwritten] == [
+        "run.start", "llm.human.input", "llm.request", "llm.ai.response", "run.end"]
+    assert len(unwritten.bodies) == 3  # the human message, its link, the parameters: kept to write by hand
     with pytest.raises(JournalError, match="unknown store URL scheme"):
         await journal.aclose()
 
