@@ -38,6 +38,7 @@ ENDPOINTS = {
     "/api/threads/{thread_id}/token-usage",
     "/api/threads/{thread_id}/events/stream",
     "/api/threads/{thread_id}/compare",
+    "/api/threads/{thread_id}/runs/{run_id}/calls",
     "/api/threads/{thread_id}/runs/{run_id}/feedback",
 }
 

@@ -355,6 +355,47 @@ async def test_two_runs_of_a_thread_compared_show_the_first_divergence_and_the_d
     assert "refund_policy" in await page.locator(f'#timeline .ev[data-seq="{policy}"]').inner_text()
 
 
+async def test_a_model_call_opens_its_request_next_to_its_reply(
+    page: Any, server: Served, screenshots: Path
+) -> None:
+    await open_view(page, server, "#/t/support-42/r/tool-turn", '#timeline .ev[data-type="llm.ai.response"]')
+    await page.locator('#timeline .ev[data-type="llm.ai.response"]').nth(1).click()
+    call = page.locator("#timeline .detail.call")
+    await call.wait_for()
+    assert await call.get_attribute("data-call") == "1"
+    system = call.locator("details.system-prompt")
+    assert await system.get_attribute("open") is None  # folded
+    assert (await system.locator("summary").inner_text()).startswith("System prompt (")
+    await system.locator("summary").click()
+    assert (await system.locator("pre").inner_text()).startswith("You are the order desk of a small shop.\n")
+    messages = await texts(call, ".request-messages > li")
+    assert messages == [
+        "human Where is order A-1001, and can I still return it?",
+        'ai Let me look that up. → lookup_order({"order_id":"A-1001"}) call-1 '
+        '→ refund_policy({"days":12}) call-2',
+        "tool lookup_order · call-1 order A-1001: shipped on 2026-05-02, arriving Friday",
+        "tool refund_policy · call-2 refundable",
+    ]
+    assert await call.locator(".request-messages").get_attribute("start") == "2"  # after the system prompt
+    tools = await call.locator(".request-tools li").evaluate_all("items => items.map(i => i.dataset.tool)")
+    assert tools == ["lookup_order", "refund_policy"]
+    await call.locator(".request-tools summary").click()
+    assert '"order_id"' in await call.locator('.request-tools li[data-tool="lookup_order"] pre').inner_text()
+    reply = " ".join((await call.locator(".call-reply").inner_text()).split())
+    assert "Order A-1001 shipped on 2026-05-02 and arrives Friday; it is still refundable." in reply
+    assert "1,350 in + 60 out tokens · $0.0040" in reply
+    await shot(page, screenshots, "viewer-call")
+    request_row = page.locator('#timeline .ev[data-type="llm.request"]').first
+    # the system prompt and the question
+    assert "sent 2 message(s) and tools" in await request_row.inner_text()
+    await request_row.click()
+    first = page.locator('#timeline .detail.call[data-call="0"]')
+    await first.wait_for()
+    assert await texts(first, ".request-messages > li") == [
+        "human Where is order A-1001, and can I still return it?"]
+    assert "Let me look that up." in await first.locator(".call-reply").inner_text()
+
+
 async def test_feedback_buttons_record_a_score_on_a_server_that_takes_writes(
     page: Any, recorded: dict[str, Any]
 ) -> None:
