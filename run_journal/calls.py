@@ -304,12 +304,10 @@ def _count(event: RunEvent) -> int:
     return count if isinstance(count, int) and not isinstance(count, bool) else 0
 
 
-async def request_problems(store: RunEventStore, thread_id: str, *,
-                           listed: bool = True) -> list[tuple[int, str]]:
+async def request_problems(store: RunEventStore, thread_id: str) -> list[tuple[int, str]]:
     """``(seq, problem)`` for each ``llm.request`` of the thread whose bodies do not all resolve: a
     missing link, message, tool list or parameters, or a chain shorter or longer than its
-    ``message_count``. ``listed=False`` leaves out the digests the event lists in
-    ``metadata["bodies"]`` (``check_integrity`` reports those)."""
+    ``message_count``."""
     events = [event async for event in iter_events(store, thread_id, event_types=["llm.request"])]
     if not events:
         return []
@@ -318,11 +316,7 @@ async def request_problems(store: RunEventStore, thread_id: str, *,
     resolved = await resolver.requests(events)
     for event in events:
         request = resolved[event.seq]
-        named = event.metadata.get("bodies")
-        skipped = set(named) if not listed and isinstance(named, list) else set()
         for digest in request.missing:
-            if digest in skipped:
-                continue
             problems.append((event.seq, f"llm.request body {digest} is missing (a link, message, "
                                         "tool list or parameters)"))
         if not request.missing and len(request.messages) != request.message_count:

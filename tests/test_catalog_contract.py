@@ -263,11 +263,11 @@ def test_payload_schemas_are_applied_through_the_references() -> None:
                       content={"messages_sha256": digest, "message_count": 2, "tools_sha256": None,
                                "params_sha256": digest},
                       metadata={"caller": "lead_agent", "llm_call_index": 0, "llm_run_id": "r",
-                                "model_name": "m", "bodies": [digest, digest]})
+                                "model_name": "m"})
     assert validate_record(request) == []
     assert validate_record({**request, "content": {**request["content"], "messages_sha256": "AB" * 32}})
     assert validate_record({**request, "content": {**request["content"], "message_count": -1}})
-    assert validate_record({**request, "metadata": {**request["metadata"], "bodies": ["x"]}})
+    assert validate_record({**request, "content": {**request["content"], "tools_sha256": "x"}})
     assert validate_record({**request, "metadata": {"caller": "lead_agent", "llm_call_index": 0}})
 
 

@@ -90,7 +90,7 @@ async def cmd_verify(store: RunEventStore, args: argparse.Namespace, out: TextIO
                 report(f"{where} ({event.event_type})", problem)
         if gaps := find_gaps(seqs):
             report(f"thread {thread_id}", f"missing seq {ranges(gaps)} (lost writes or a deleted run)")
-        for seq, problem in await request_problems(store, thread_id, listed=False):  # the chains resolve
+        for seq, problem in await request_problems(store, thread_id):  # the chains resolve
             report(f"thread {thread_id} seq {seq}", problem)
         last = await store.last_seq(thread_id)
         if seqs and last < seqs[-1]:

@@ -298,9 +298,9 @@ class RunRecorder:
             messages: list[BaseMessage] = [HumanMessage(str(prompt)) for prompt in inputs or ()]
         else:
             messages = [m for m in inputs or () if isinstance(m, BaseMessage)]
-        content, named, bodies = builder.build(messages, params)
+        content, _, bodies = builder.build(messages, params)
         meta = {"caller": call.caller, "llm_call_index": call.index, "llm_run_id": str(run_id),
-                "model_name": call.model, "model_provider": call.provider, "bodies": named}
+                "model_name": call.model, "model_provider": call.provider}
         event = NewEvent._checked_by_producer(  # the journal's own fixed keys: nothing to redact
             self.thread_id or "pending", self.run_id, "llm.request", "trace", encode(content), encode(meta),
             utc_now(), self.user_id)
