@@ -13,6 +13,7 @@ from run_journal.stores.base import (
     IncompatibleStoreError,
     RunEventStore,
     RunIdTakenError,
+    RunPage,
     StoreClosedError,
     StoreError,
 )
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
         read_trajectory,
         trajectory_of,
     )
+    from run_journal.trends import UsageBucket, usage_trend
     from run_journal.workspace import (
         WorkspaceLimits,
         WorkspaceSnapshot,
@@ -64,6 +66,8 @@ _LAZY = {
     "ModelCall": "run_journal.calls",
     "ModelRequest": "run_journal.calls",
     "model_calls": "run_journal.calls",
+    "UsageBucket": "run_journal.trends",
+    "usage_trend": "run_journal.trends",
 }
 """Names that load on first use: LangChain, LangGraph, SQLAlchemy and the Redis client are only paid
 for by the programs that use them (the command line starts without them)."""
@@ -95,6 +99,7 @@ __all__ = [
     "RunEventStore",
     "RunIdTakenError",
     "RunJournal",
+    "RunPage",
     "RunRow",
     "RunStatus",
     "SqlRunEventStore",
@@ -102,6 +107,7 @@ __all__ = [
     "StoreError",
     "StoreTimeoutError",
     "Trajectory",
+    "UsageBucket",
     "UsageTotals",
     "WorkspaceLimits",
     "WorkspaceSnapshot",
@@ -116,6 +122,7 @@ __all__ = [
     "status_of",
     "subagent_run_event",
     "trajectory_of",
+    "usage_trend",
     "wrap_subagent_stream",
 ]
 

@@ -396,7 +396,7 @@ async def _reconcile_one(
         return None  # a run that ended without writing a row is not an orphan: it is left alone
     if row.status == RunStatus.PENDING and not lifecycle:
         return None  # never started: a queued run is not an orphan
-    last = await _last_event_time(store, row)
+    last, seen = await _scan_run(store, row)
     last_activity = max(row.updated_at, last) if last else row.updated_at
     if last_activity > cutoff:
         return None
@@ -409,7 +409,7 @@ async def _reconcile_one(
     )
     if not created:
         return None
-    stored = await _close_row(store, row, moment)
+    stored = await _close_row(store, row, moment, seen)
     return ClosedRun(event, stored, last_activity)
 
 
@@ -419,22 +419,63 @@ def _reconcile_event_id(run_id: str) -> str:
     return name if len(name) <= 255 else "reconcile:" + hashlib.sha256(run_id.encode()).hexdigest()
 
 
-async def _close_row(store: RunEventStore, row: RunRow, moment: datetime) -> RunRow:
+async def _close_row(store: RunEventStore, row: RunRow, moment: datetime,
+                     seen: RunFacts | None = None) -> RunRow:
     current = await store.get_run(row.run_id) or row
     if current.is_terminal:
         return current
-    return await store.put_run(
-        current.replace(status=RunStatus.CANCELLED, ended_at=moment, updated_at=moment,
-                        error=current.error or RECONCILE_REASON)
-    )
+    closed = current.replace(status=RunStatus.CANCELLED, ended_at=moment, updated_at=moment,
+                             error=current.error or RECONCILE_REASON)
+    return await store.put_run(seen.merged_into(closed) if seen is not None else closed)
 
 
-async def _last_event_time(store: RunEventStore, row: RunRow) -> datetime | None:
-    """When the run last wrote anything."""
+@dataclasses.dataclass(slots=True)
+class RunFacts:
+    """What a run's events say it used and what failed: the search fields of its row, for a run
+    whose worker died before its last row (``reconcile_orphans`` writes them into the row it closes)."""
+
+    models: set[str] = dataclasses.field(default_factory=set)
+    tools: set[str] = dataclasses.field(default_factory=set)
+    callers: set[str] = dataclasses.field(default_factory=set)
+    llm_errors: int = 0
+    tool_errors: int = 0
+
+    def add(self, event: RunEvent) -> None:
+        metadata = event.metadata if isinstance(event.metadata, Mapping) else {}
+        content = event.content if isinstance(event.content, Mapping) else {}
+        kind = event.event_type
+        if kind in ("llm.ai.response", "llm.error"):
+            model = metadata.get("model_name")
+            self.models.add(model if isinstance(model, str) and model else "unknown")
+            self.llm_errors += kind == "llm.error"
+        elif kind in ("tool.call", "tool.outcome"):
+            name = content.get("tool_name")
+            if isinstance(name, str) and name:
+                self.tools.add(name)
+            self.tool_errors += kind == "tool.outcome" and content.get("outcome") == "error"
+        else:
+            return
+        caller = metadata.get("caller")
+        if isinstance(caller, str) and caller:
+            self.callers.add(caller)
+
+    def merged_into(self, row: RunRow) -> RunRow:
+        """``row`` knowing these facts too (names joined, counts the larger of the two)."""
+        return row.replace(
+            models=(*row.models, *self.models), tools=(*row.tools, *self.tools),
+            callers=(*row.callers, *self.callers),
+            llm_error_count=max(row.llm_error_count, self.llm_errors),
+            tool_error_count=max(row.tool_error_count, self.tool_errors),
+        )
+
+
+async def _scan_run(store: RunEventStore, row: RunRow) -> tuple[datetime | None, RunFacts]:
+    """When the run last wrote anything, and what its events say it used."""
     last: RunEvent | None = None
-    async for last in iter_events(store, row.thread_id, row.run_id):  # noqa: B007 - keeps the newest
-        pass
-    return last.created_at if last else None
+    seen = RunFacts()
+    async for last in iter_events(store, row.thread_id, row.run_id):
+        seen.add(last)
+    return (last.created_at if last else None), seen
 
 
 # -- usage ---------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final, Protocol
@@ -92,11 +92,15 @@ class UsageTotals:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> UsageTotals:
-        known = {field.name for field in dataclasses.fields(cls)}
-        return cls(**{key: value for key, value in (data or {}).items() if key in known})
+        if not data:
+            return cls()
+        if data.keys() == _USAGE_KEYS:  # what to_dict wrote: every field, nothing else
+            return cls(**data)
+        return cls(**{key: value for key, value in data.items() if key in _USAGE_KEYS})
 
 
 _USAGE_FIELDS: Final = tuple(field.name for field in dataclasses.fields(UsageTotals))
+_USAGE_KEYS: Final = frozenset(_USAGE_FIELDS)
 
 
 def _add_cost(left: UsageTotals, right: UsageTotals) -> float | None:
@@ -137,6 +141,16 @@ class RunRow:
     cost_note: str | None = None
     """Why ``usage.cost_usd`` is None although the run made model calls (no price known for a model,
     a call that reported no usage, pricing turned off); None when the cost is known."""
+    models: tuple[str, ...] = ()
+    """Every model the run called (sorted), those of failed calls included; ``unknown`` for a call
+    that did not say. Rows written before this field read it from ``usage_by_model``."""
+    tools: tuple[str, ...] = ()
+    """The names of every tool the run called (sorted)."""
+    callers: tuple[str, ...] = ()
+    """Every caller (``lead_agent``, ``subagent:<name>``, ...) that made a model or tool call (sorted).
+    Rows written before this field read it from ``usage_by_caller``."""
+    llm_error_count: int = 0
+    """Model calls that failed (``llm.error`` events)."""
 
     def __post_init__(self) -> None:
         validate_id("run_id", self.run_id)
@@ -145,6 +159,11 @@ class RunRow:
             validate_id("user_id", self.user_id)
         object.__setattr__(self, "status", RunStatus(self.status))
         object.__setattr__(self, "metadata", normalize(self.metadata or {}))
+        for name in ("models", "tools", "callers"):
+            names = getattr(self, name)
+            if isinstance(names, str) or not all(isinstance(item, str) for item in names):
+                raise TypeError(f"RunRow.{name} is a collection of names, got {names!r}")
+            object.__setattr__(self, name, tuple(sorted(set(names))))
         for name in ("started_at", "ended_at", "updated_at"):
             moment = getattr(self, name)
             if moment is not None:
@@ -165,6 +184,17 @@ class RunRow:
     @property
     def cost_usd(self) -> float | None:
         return self.usage.cost_usd
+
+    @property
+    def has_error(self) -> bool:
+        """Whether anything in the run failed: the run itself (``run.error``), a model call
+        (``llm.error``) or a tool (an error result or a failed ``tool.outcome``)."""
+        return self.status == RunStatus.ERROR or self.llm_error_count > 0 or self.tool_error_count > 0
+
+    @property
+    def error_count(self) -> int:
+        """Failed model calls, failed tools and the run's own failure (1 when its status is error)."""
+        return self.llm_error_count + self.tool_error_count + (self.status == RunStatus.ERROR)
 
     def replace(self, **changes: Any) -> RunRow:
         return dataclasses.replace(self, **changes)
@@ -193,6 +223,10 @@ class RunRow:
             "last_ai_message": self.last_ai_message,
             "metadata": self.metadata,
             "cost_note": self.cost_note,
+            "models": list(self.models),
+            "tools": list(self.tools),
+            "callers": list(self.callers),
+            "llm_error_count": self.llm_error_count,
         }
 
     @classmethod
@@ -200,6 +234,10 @@ class RunRow:
         def moment(value: str | None) -> datetime | None:
             return datetime.fromisoformat(value) if value else None
 
+        by_caller = {key: UsageTotals.from_dict(value)
+                     for key, value in (data.get("usage_by_caller") or {}).items()}
+        by_model = {key: UsageTotals.from_dict(value)
+                    for key, value in (data.get("usage_by_model") or {}).items()}
         return cls(
             run_id=data["run_id"],
             thread_id=data["thread_id"],
@@ -211,14 +249,8 @@ class RunRow:
             resumed_from=data.get("resumed_from"),
             error=data.get("error"),
             usage=UsageTotals.from_dict(data.get("usage")),
-            usage_by_caller={
-                key: UsageTotals.from_dict(value)
-                for key, value in (data.get("usage_by_caller") or {}).items()
-            },
-            usage_by_model={
-                key: UsageTotals.from_dict(value)
-                for key, value in (data.get("usage_by_model") or {}).items()
-            },
+            usage_by_caller=by_caller,
+            usage_by_model=by_model,
             tool_call_count=int(data.get("tool_call_count", 0)),
             tool_error_count=int(data.get("tool_error_count", 0)),
             message_count=int(data.get("message_count", 0)),
@@ -226,7 +258,81 @@ class RunRow:
             last_ai_message=data.get("last_ai_message"),
             metadata=dict(data.get("metadata") or {}),
             cost_note=data.get("cost_note"),
+            models=tuple(data["models"]) if "models" in data else tuple(by_model),
+            tools=tuple(data.get("tools") or ()),
+            callers=tuple(data["callers"]) if "callers" in data else tuple(by_caller),
+            llm_error_count=int(data.get("llm_error_count", 0)),
         )
+
+
+def _moment(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+class StoredBuckets(Mapping[str, UsageTotals]):
+    """A stored row's per-model or per-caller totals, each decoded when it is first read: a page of
+    rows that nobody looks into the buckets of costs no bucket decoding. A read-only mapping equal to
+    the dict it stands for."""
+
+    __slots__ = ("_decoded", "_raw")
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self._raw = raw
+        self._decoded: dict[str, UsageTotals] = {}
+
+    def __getitem__(self, key: str) -> UsageTotals:
+        found = self._decoded.get(key)
+        if found is None:
+            found = self._decoded[key] = UsageTotals.from_dict(self._raw[key])
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+_STATUSES: Final = {status.value: status for status in RunStatus}
+_SET: Final = object.__setattr__
+
+
+def stored_row(data: Mapping[str, Any]) -> RunRow:
+    """A run row from the JSON a store wrote (``RunRow.to_dict()`` of a row that was checked when it
+    was built), parsed for this call alone: the same row as ``RunRow.from_dict`` without checking it
+    again, which is most of what reading a row costs. Only for a store's own freshly parsed rows;
+    anything else goes through ``from_dict``."""
+    row = object.__new__(RunRow)
+    get, put = data.get, _SET
+    status = get("status", "pending")
+    by_caller, by_model = get("usage_by_caller") or {}, get("usage_by_model") or {}
+    put(row, "run_id", data["run_id"])
+    put(row, "thread_id", data["thread_id"])
+    put(row, "user_id", get("user_id"))
+    put(row, "status", _STATUSES.get(status) or RunStatus(status))
+    put(row, "started_at", _moment(get("started_at")))
+    put(row, "ended_at", _moment(get("ended_at")))
+    put(row, "updated_at", _moment(get("updated_at")) or utc_now())
+    put(row, "resumed_from", get("resumed_from"))
+    put(row, "error", get("error"))
+    put(row, "usage", UsageTotals.from_dict(get("usage")))
+    put(row, "usage_by_caller", StoredBuckets(by_caller))
+    put(row, "usage_by_model", StoredBuckets(by_model))
+    put(row, "tool_call_count", get("tool_call_count", 0))
+    put(row, "tool_error_count", get("tool_error_count", 0))
+    put(row, "message_count", get("message_count", 0))
+    put(row, "first_human_message", get("first_human_message"))
+    put(row, "last_ai_message", get("last_ai_message"))
+    put(row, "metadata", get("metadata") or {})
+    put(row, "cost_note", get("cost_note"))
+    put(row, "models", tuple(data["models"]) if "models" in data else tuple(sorted(by_model)))
+    put(row, "tools", tuple(get("tools") or ()))
+    put(row, "callers", tuple(data["callers"]) if "callers" in data else tuple(sorted(by_caller)))
+    put(row, "llm_error_count", get("llm_error_count", 0))
+    return row
 
 
 RowSnapshot = Callable[[], RunRow]

@@ -183,9 +183,12 @@ def test_threads_and_runs(cli: Cli, shared_url: str) -> None:
     assert rows[1] == {"thread_id": "t1", "events": 10, "runs": 2, "last_status": "error",
                        "last_started_at": (START + timedelta(seconds=8)).isoformat(timespec="seconds"),
                        "last_activity_at": (START + timedelta(seconds=9)).isoformat(timespec="seconds")}
+    first = cli(shared_url, "threads", "--limit", "1", "--json").stdout.splitlines()
+    assert [json.loads(line)["thread_id"] for line in first] == ["t2"]
     runs = cli(shared_url, "runs", "t1")
     assert runs.returncode == 0
-    assert [line.split()[:2] for line in runs.stdout.splitlines()[1:]] == [["r2", "error"], ["r1", "success"]]
+    assert [line.split()[:3] for line in runs.stdout.splitlines()[1:]] == [["r2", "t1", "error"],
+                                                                          ["r1", "t1", "success"]]
     as_json = cli(shared_url, "runs", "t1", "--json").stdout.splitlines()
     parsed = [RunRow.from_dict(json.loads(line)) for line in as_json]
     assert [row.usage.total_tokens for row in parsed] == [0, 15]

@@ -28,6 +28,8 @@ from run_journal.http import create_app, router  # noqa: E402
 
 RUN_JOURNAL = str(Path(sys.executable).with_name("run-journal"))
 ENDPOINTS = {
+    "/api/runs",
+    "/api/usage",
     "/api/threads",
     "/api/threads/{thread_id}/runs",
     "/api/threads/{thread_id}/runs/{run_id}",
@@ -63,6 +65,13 @@ async def test_the_openapi_schema_documents_every_endpoint() -> None:
     events = schema["paths"]["/api/threads/{thread_id}/runs/{run_id}/events"]["get"]
     assert {p["name"] for p in events["parameters"]} >= {"event_types", "task_id", "limit", "after_seq"}
     assert set(events["responses"]) >= {"200", "400", "401", "404"}
+    filters = {"status", "since", "until", "model", "tool", "caller", "min_cost", "min_tokens", "errors",
+               "user_id", "thread_id"}
+    runs = schema["paths"]["/api/runs"]["get"]
+    assert {p["name"] for p in runs["parameters"]} == filters | {"limit", "cursor"}
+    assert all(p.get("description") for p in runs["parameters"] if p["name"] in filters)
+    usage = schema["paths"]["/api/usage"]["get"]
+    assert {p["name"] for p in usage["parameters"]} == filters | {"by"}
     assert "HTTPBearer" in schema["components"]["securitySchemes"]
 
 

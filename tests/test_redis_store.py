@@ -24,6 +24,7 @@ from run_journal.bodies import Body
 from run_journal.envelope import NewEvent
 from run_journal.stores.base import IncompatibleStoreError
 from run_journal.stores.redis import DEFAULT_PREFIX, RedisRetention, RedisRunEventStore
+from run_journal.stores.redis.store import LAYOUT_VERSION
 from run_journal.testing import read_all
 
 pytestmark = pytest.mark.redis
@@ -289,9 +290,35 @@ async def test_a_prefix_written_before_the_activity_order_gains_it_at_setup(
                              "t/b/at", "t/b/u/alice/at", "u/alice/recent", "u/bob/recent"]
     await raw.delete(*(prefix + key for key in older))
     async with open_store(url) as store:
-        assert await raw.get(prefix + "layout") == "4"
+        assert await raw.get(prefix + "layout") == str(LAYOUT_VERSION)
         await assert_history(store)
         assert [row.run_id for row in await store.list_runs(statuses=["pending"])] == ["r1", "r2"]
+
+
+async def test_a_prefix_written_before_the_search_sets_gains_them_at_setup(
+    url: str, raw: aioredis.Redis
+) -> None:
+    from run_journal.testing._search import ids, run_row, sample
+
+    async with open_store(url) as store:
+        assert isinstance(store, RedisRunEventStore)
+        await sample(store)
+        prefix = store.prefix
+    searched = [key for key in await keys_of(raw, prefix) if key.startswith("x/") or key == "err"
+                or (key.startswith("u/") and key.endswith("/runs"))]
+    assert "x/tool:search" in searched
+    assert "u/alice/runs" in searched
+    await raw.delete(*(prefix + key for key in searched))
+    for key in await keys_of(raw, prefix):
+        if key.startswith("run/"):
+            await raw.hdel(prefix + key, "search")
+    await raw.set(prefix + "layout", 3)
+    async with open_store(url) as store:
+        assert await raw.get(prefix + "layout") == str(LAYOUT_VERSION)
+        assert await ids(store, tool="search") == ["r3", "r1"]
+        assert await ids(store, has_error=True, user_id="alice") == ["r5"]
+        await store.put_run(run_row("r3", thread_id="t1", minutes=3, status="success"))  # no tools now
+        assert await ids(store, tool="search") == ["r1"]
 
 
 async def connections_named(raw: aioredis.Redis, name: str) -> int:

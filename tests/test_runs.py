@@ -212,3 +212,25 @@ def test_every_lifecycle_event_of_the_catalog_has_a_transition() -> None:
     assert set(STATUS_AFTER) == catalog.LIFECYCLE_EVENTS
     assert {STATUS_AFTER[name] for name in catalog.TERMINAL_RUN_EVENTS} == TERMINAL_STATUSES
     assert STATUS_AFTER["run.start"] is RunStatus.RUNNING
+
+
+def test_a_stored_row_reads_back_as_from_dict_reads_it() -> None:
+    """``stored_row`` (what the stores read their own rows with) skips the checks, not a field."""
+    import json
+
+    from run_journal.runs import UsageTotals, stored_row
+
+    usage = UsageTotals(input_tokens=3, output_tokens=4, total_tokens=7, llm_calls=1, cost_usd=0.25)
+    row = RunRow(run_id="r", thread_id="t", user_id="u", status="error",
+                 started_at=datetime(2024, 1, 1, tzinfo=UTC), usage=usage, usage_by_model={"gpt-4o": usage},
+                 usage_by_caller={"lead_agent": usage},
+                 tools=("search", "fetch"), llm_error_count=2, metadata={"run_name": "agent"}, error="boom")
+    data = json.loads(json.dumps(row.to_dict()))
+    assert stored_row(data) == RunRow.from_dict(data) == row
+    assert stored_row(data).to_dict() == row.to_dict()
+    assert dict(stored_row(data).usage_by_model) == {"gpt-4o": usage}
+    older = {key: value for key, value in data.items() if key not in ("models", "tools", "callers")}
+    assert stored_row(older) == RunRow.from_dict(older)
+    assert stored_row(older).models == ("gpt-4o",)
+    assert stored_row(older).callers == ("lead_agent",)
+    assert stored_row(older).has_error

@@ -396,7 +396,8 @@ async def test_schema_parameter_isolates_stores(pg_database: str) -> None:
         assert tables == [
             (schema, name) for schema in ("iso_a", "iso_b")
             for name in ("run_journal_bodies", "run_journal_events", "run_journal_followers",
-                         "run_journal_meta", "run_journal_run_starts", "run_journal_runs",
+                         "run_journal_meta", "run_journal_run_starts", "run_journal_run_tags",
+                         "run_journal_runs",
                          "run_journal_threads", "run_journal_user_threads")
         ]
 
@@ -434,6 +435,27 @@ async def test_postgres_follow_wakes_on_notify_from_another_process(pg_database:
         await follower.aclose()
 
 
+def search_gone(url: str) -> list[str]:
+    """The statements that take schema version 7 (search) out of a store."""
+    schema = engine_url(url)[1]
+    prefix = f'"{schema}".' if schema else ""
+    runs_table = f"{prefix}run_journal_runs"
+    if url.startswith("postgresql"):
+        triggers = [f"DROP TRIGGER run_journal_run_tags_write ON {runs_table}",
+                    f"DROP TRIGGER run_journal_run_tags_update ON {runs_table}",
+                    f"DROP FUNCTION {prefix}run_journal_run_tags_v1",
+                    f"DROP FUNCTION {prefix}run_journal_write_v3"]
+    else:
+        triggers = [f"DROP TRIGGER run_journal_run_tags_{name}" for name in ("insert", "update", "delete")]
+    return [
+        *triggers, f"DROP TABLE {prefix}run_journal_run_tags",
+        f"DROP INDEX {prefix}ix_run_journal_runs_user_order",
+        f"DROP INDEX {prefix}ix_run_journal_runs_errors",
+        *(f"ALTER TABLE {runs_table} DROP COLUMN {name}"
+          for name in ("tags", "total_tokens", "cost_usd", "has_error")),
+    ]
+
+
 async def test_a_v3_store_gains_the_activity_and_run_orders(sql_url: str) -> None:
     """Schema v4 adds the indexed orders (threads by their newest event, per user too; runs by
     start), v5 the indexes of reconcile's reads (runs by status, runs without a row) and, on
@@ -460,6 +482,7 @@ async def test_a_v3_store_gains_the_activity_and_run_orders(sql_url: str) -> Non
                       f"DROP FUNCTION {prefix}run_journal_write_v1"]
     async with database(sql_url) as conn:  # make it look like a v3 store
         for statement in (
+            *search_gone(sql_url),
             *version_5,
             f"DROP TABLE {prefix}run_journal_user_threads",
             f"DROP INDEX {prefix}ix_run_journal_threads_recent",

@@ -26,6 +26,7 @@ from run_journal.cli.maintenance import add_maintenance_commands
 from run_journal.cli.prune import add_prune_command
 from run_journal.cli.reading import add_reading_commands
 from run_journal.cli.reprice import add_reprice_command
+from run_journal.cli.search import add_search_commands
 from run_journal.cli.serve import add_serve_command
 from run_journal.stores.urls import display_url, file_path_of, open_store
 
@@ -55,8 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("url", metavar="URL", help="the store (source store for copy)")
     parser.add_argument("--traceback", action="store_true", help="show full errors (for bug reports)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for register in (add_reading_commands, add_maintenance_commands, add_serve_command, add_reprice_command,
-                     add_prune_command, add_check_command, add_diff_command, add_calls_command):
+    for register in (add_search_commands, add_reading_commands, add_maintenance_commands, add_serve_command,
+                     add_reprice_command, add_prune_command, add_check_command, add_diff_command,
+                     add_calls_command):
         register(sub)
     parser.set_defaults(commands=tuple(sub.choices))
     return parser

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import re
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, TextIO
 from urllib.parse import unquote, urlsplit
 
 from run_journal.envelope import RunEvent, validate_id
+from run_journal.moments import parse_age, parse_moment
 from run_journal.projections import iter_events
 from run_journal.stores.base import MAX_PAGE, RunEventStore, StoreError
 from run_journal.stores.queries import ThreadActivity
@@ -36,8 +36,6 @@ class CliError(Exception):
 
 Command = Callable[[RunEventStore, argparse.Namespace, TextIO], Coroutine[Any, Any, int]]
 
-_DURATION_UNITS: Final = {"s": "seconds", "": "seconds", "m": "minutes", "h": "hours", "d": "days",
-                          "w": "weeks"}
 
 
 def add_command(sub: Any, name: str, handler: Command, help_text: str, *, json_flag: bool = False,
@@ -56,10 +54,19 @@ def add_command(sub: Any, name: str, handler: Command, help_text: str, *, json_f
 def parse_duration(text: str) -> timedelta:
     """``90s``, ``30m``, ``2h``, ``1d``, ``2w`` (a bare number is seconds): the one duration syntax of
     every command (``prune --older-than``, ``reconcile --older-than``, ``--since``)."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhdw]?)", text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h, 1d, 2w)")
-    return timedelta(**{_DURATION_UNITS[match[2]]: float(match[1])})
+    try:
+        return parse_age(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def parse_when(text: str) -> datetime:
+    """``--since`` / ``--until``: an age (that long before now) or an ISO date or time
+    (``moments.parse_moment``)."""
+    try:
+        return parse_moment(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def positive(text: str) -> int:

@@ -1,4 +1,4 @@
-"""Read commands: threads, runs, show (a run as a timeline), events, tail, usage."""
+"""Read commands: show (a run as a timeline), events, tail."""
 
 from __future__ import annotations
 
@@ -14,21 +14,16 @@ from run_journal.cli.common import (
     non_negative,
     positive,
     ranges,
-    recent_threads,
     require_thread,
     resolve_run,
 )
 from run_journal.envelope import RunEvent
-from run_journal.projections import find_gaps, iter_events, status_of, summarize_usage
+from run_journal.projections import find_gaps, iter_events, status_of
 from run_journal.stores.base import RunEventStore
 
 
 def add_reading_commands(sub: Any) -> None:
-    """Register ``threads``, ``runs``, ``show``, ``events``, ``tail`` and ``usage``."""
-    add_command(sub, "threads", cmd_threads, "list threads, most recently active first, with their event "
-                                             "and run counts", json_flag=True)
-    add_command(sub, "runs", cmd_runs, "list a thread's runs, newest first", json_flag=True, ids_flag=True) \
-        .add_argument("thread")
+    """Register ``show``, ``events`` and ``tail`` (``threads``, ``runs`` and ``usage``: ``cli/search.py``)."""
     show = add_command(sub, "show", cmd_show, "a run as a timeline, then its totals")
     show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of 6 or more characters")
     show.add_argument("--thread", help="the run's thread: to tell runs apart by prefix, or to find a run "
@@ -49,54 +44,6 @@ def add_reading_commands(sub: Any) -> None:
     tail.add_argument("--after-seq", type=non_negative, help="start after this seq instead")
     tail.add_argument("--wait", action="store_true",
                       help="a thread that has no event yet is waited for instead of not found")
-    add_command(sub, "usage", cmd_usage, "token and cost totals per run, model and caller", json_flag=True,
-                ids_flag=True) \
-        .add_argument("thread", nargs="?")
-
-
-async def cmd_threads(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
-    """Threads by latest activity, most recent first (the store's own order, paged)."""
-    rows: list[list[Any]] = []
-    async for activity in recent_threads(store):
-        thread_id = activity.thread_id
-        newest = await store.list_runs(thread_id, newest_first=True, limit=1)
-        last = newest[0] if newest else None
-        rows.append([thread_id, await store.last_seq(thread_id), await store.count_runs(thread_id),
-                     str(last.status) if last else None,
-                     last.started_at.isoformat(timespec="seconds") if last and last.started_at else None,
-                     activity.last_activity_at.isoformat(timespec="seconds")])
-    if args.json:
-        keys = ("thread_id", "events", "runs", "last_status", "last_started_at", "last_activity_at")
-        for cells in rows:
-            emit_json(out, dict(zip(keys, cells, strict=True)))
-    else:
-        headers = ("thread", "events", "runs", "last status", "last started", "last activity")
-        for line in render.table(headers, rows):
-            emit(out, line)
-    return 0
-
-
-async def cmd_runs(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
-    await require_thread(store, args.thread)
-    runs = await store.list_runs(args.thread, newest_first=True)
-    if args.json:
-        for row in runs:
-            emit_json(out, row.to_dict())
-        return 0
-    short = render.ShortIds((row.run_id for row in runs), full=args.full_ids)
-    rows: list[list[Any]] = []
-    for row in runs:
-        took = row.ended_at - row.started_at if row.started_at and row.ended_at else None
-        duration = took.total_seconds() if took else None
-        rows.append([short(row.run_id), str(row.status),
-                     row.started_at.isoformat(timespec="seconds") if row.started_at else None,
-                     f"{duration:.2f}s" if duration is not None else None, row.usage.llm_calls,
-                     row.usage.total_tokens, render.cost_text(row.usage.cost_usd),
-                     render.one_line(row.first_human_message or "", 40)])
-    headers = ("run", "status", "started", "took", "calls", "tokens", "cost", "first message")
-    for line in render.table(headers, rows) + render.unknown_costs(runs, short):
-        emit(out, line)
-    return 0
 
 
 async def cmd_show(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
@@ -166,29 +113,3 @@ async def _listing(store: RunEventStore, args: argparse.Namespace, out: TextIO) 
         dated.write(event, render.listing_line(event, style, short(event.run_id) if with_run else None))
 
     return line
-
-
-async def cmd_usage(store: RunEventStore, args: argparse.Namespace, out: TextIO) -> int:
-    if args.thread:
-        await require_thread(store, args.thread)
-    run_rows = await store.list_runs(args.thread)
-    summary = summarize_usage(run_rows)
-    if args.json:
-        emit_json(out, summary.to_dict())
-        return 0
-    short = render.ShortIds((r.run_id for r in summary.runs), full=args.full_ids)
-    sections = [("per run", [render.usage_row(short(r.run_id), r.usage) for r in summary.runs]),
-                ("per model", [render.usage_row(k, v) for k, v in summary.by_model.items()]),
-                ("per caller", [render.usage_row(k, v) for k, v in summary.by_caller.items()])]
-    for title, rows in sections:
-        emit(out, title)
-        for line in render.table(render.USAGE_HEADERS, rows):
-            emit(out, "  " + line)
-    emit(out, "total")
-    for line in render.table(render.USAGE_HEADERS, [render.usage_row("all runs", summary.total)]):
-        emit(out, "  " + line)
-    for line in render.unknown_costs(run_rows, short):
-        emit(out, line)
-    return 0
-
-

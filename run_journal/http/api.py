@@ -26,6 +26,7 @@ import inspect
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from datetime import datetime
 from functools import cache
 from importlib import resources
 from typing import Annotated, Any, Final
@@ -43,8 +44,11 @@ from run_journal.catalog import TERMINAL_RUN_EVENTS
 from run_journal.envelope import validate_id
 from run_journal.http import schema, views
 from run_journal.http.views import NotFound
+from run_journal.moments import parse_moment
+from run_journal.runs import RunStatus
 from run_journal.stores.base import MAX_SEQ, RunEventStore, StoreError
 from run_journal.stores.urls import open_store
+from run_journal.trends import TREND_KEYS
 
 __all__ = ["create_app", "router"]
 
@@ -171,6 +175,48 @@ def _scoper(user_header: str | None, user_id: UserResolver | None) -> Callable[.
 
 
 # -- the router ----------------------------------------------------------------------------------------
+def _moment(name: str, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_moment(value)
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
+
+
+def run_filters(
+    status: Annotated[list[str] | None, Query(
+        description="One of these statuses; repeatable or comma-separated (error,cancelled).")] = None,
+    since: Annotated[str | None, Query(
+        description="Started at or after: an age (90s, 30m, 2h, 1d, 2w: that long ago) or an ISO "
+                    "date or time (UTC when no offset).")] = None,
+    until: Annotated[str | None, Query(description="Started before (as since).")] = None,
+    model: Annotated[str | None, Query(description="Called this model.")] = None,
+    tool: Annotated[str | None, Query(description="Called this tool.")] = None,
+    caller: Annotated[str | None, Query(description="Has calls of this caller (lead_agent, "
+                                                    "subagent:NAME, ...).")] = None,
+    min_cost: Annotated[float | None, Query(ge=0, description="Cost at least this (USD).")] = None,
+    min_tokens: Annotated[int | None, Query(ge=0, description="Total tokens at least this.")] = None,
+    errors: Annotated[bool | None, Query(description="true: only runs where something failed (the "
+                                                     "run, a model call or a tool); false: none.")] = None,
+    user_id: Annotated[str | None, Query(description="Only this user's runs.")] = None,
+    thread_id: Annotated[str | None, Query(description="Only this thread's runs.")] = None,
+) -> dict[str, Any]:
+    """The ``search_runs`` filters of ``/api/runs`` and ``/api/usage`` (a ValueError names a bad one)."""
+    statuses = _types(status)
+    known = {value.value for value in RunStatus}
+    for name in statuses or ():
+        if name not in known:
+            raise ValueError(f"status: {name!r} is not a run status ({', '.join(sorted(known))})")
+    return {
+        "statuses": statuses, "since": _moment("since", since), "until": _moment("until", until),
+        "model": model, "tool": tool, "caller": caller, "min_cost_usd": min_cost, "min_tokens": min_tokens,
+        "has_error": errors,
+        "user_id": validate_id("user_id", user_id) if user_id is not None else None,
+        "thread_id": validate_id("thread_id", thread_id) if thread_id is not None else None,
+    }
+
+
 def _types(values: list[str] | None) -> list[str] | None:
     """``event_types`` repeated and/or comma-separated (names never contain commas)."""
     if values is None:
@@ -218,6 +264,26 @@ def router(
                                            description="The previous page's next_after.")] = None,
     ) -> Response:
         return json_response(await views.thread_page(store, limit=limit, after=after, user_id=user))
+
+    @api_get("/api/runs", response_model=schema.SearchPage, dependencies=dependencies,
+             summary="Runs of every thread that match the filters, newest first")
+    async def search_runs(
+        user: User, filters: Annotated[dict[str, Any], Depends(run_filters)],
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+        cursor: Annotated[str | None, Query(description="The previous page's next_cursor.")] = None,
+    ) -> Response:
+        return json_response(await views.search_page(store, filters, user_id=user, limit=limit,
+                                                     cursor=cursor))
+
+    @api_get("/api/usage", response_model=schema.UsageTrend, dependencies=dependencies,
+             summary="Token and cost totals per day, model or caller of the runs that match the filters")
+    async def usage(
+        user: User, filters: Annotated[dict[str, Any], Depends(run_filters)],
+        by: Annotated[str, Query(description="day (UTC, of the run's start), model or caller")] = "day",
+    ) -> Response:
+        if by not in TREND_KEYS:
+            raise ValueError(f"by must be one of {', '.join(TREND_KEYS)}, got {by!r}")
+        return json_response(await views.usage_trend_of(store, filters, by=by, user_id=user))
 
     @api_get("/api/threads/{thread_id}/runs", response_model=schema.RunPage,
              dependencies=dependencies, summary="A thread's runs, newest first")

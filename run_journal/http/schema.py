@@ -136,6 +136,35 @@ class RunPage(BaseModel):
     next_after: str | None = Field(description="Pass as ``after`` for the next page.")
 
 
+class SearchRun(Run):
+    """A run row of a search: ``Run`` plus what search filters on."""
+
+    models: list[str]
+    tools: list[str]
+    callers: list[str]
+    llm_error_count: int
+
+
+class SearchPage(BaseModel):
+    data: list[SearchRun] = Field(description="Newest first.")
+    has_more: bool
+    next_cursor: str | None = Field(description="Pass as ``cursor`` for the next page.")
+
+
+class UsageBucket(BaseModel):
+    key: str = Field(description="The day (YYYY-MM-DD, UTC; 'not started' for runs without a start), "
+                                 "model or caller.")
+    runs: int = Field(description="Runs counted in the bucket.")
+    usage: Usage = Field(description="Their totals; cost_usd is None when any call's price is unknown.")
+    known_cost_usd: float = Field(description="The sum of the costs that are known.")
+    unpriced_runs: int = Field(description="Runs in the bucket with calls of unknown price.")
+
+
+class UsageTrend(BaseModel):
+    by: str = Field(description="day, model or caller.")
+    data: list[UsageBucket] = Field(description="Days in time order; models and callers by name.")
+
+
 class HistoryPage(BaseModel):
     data: list[Event]
     has_more: bool

@@ -14,7 +14,7 @@ and latest run (``thread_page``), and the scoped form of ``latest_workspace_chan
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from run_journal.calls import model_calls
@@ -25,6 +25,7 @@ from run_journal.projections import latest_workspace_changes, summarize_usage, t
 from run_journal.runs import RunRow, status_of
 from run_journal.stores.base import MAX_PAGE, RunEventStore
 from run_journal.trajectory import compare_runs, read_trajectory
+from run_journal.trends import usage_trend
 
 __all__ = [
     "NotFound",
@@ -143,6 +144,34 @@ async def thread_page(
         for item in page
     ]
     return {"data": data, "has_more": has_more, "next_after": page[-1].cursor if has_more else None}
+
+
+def _scoped(filters: Mapping[str, Any], user_id: str | None) -> dict[str, Any] | None:
+    """The filters within the caller's user scope (None: they ask for another user's runs)."""
+    if user_id is None:
+        return dict(filters)
+    if filters.get("user_id") not in (None, user_id):
+        return None
+    return {**filters, "user_id": user_id}
+
+
+async def search_page(store: RunEventStore, filters: Mapping[str, Any], *, user_id: str | None,
+                      limit: int, cursor: str | None) -> JsonObject:
+    """``/api/runs``: a page of ``search_runs`` within the caller's user scope."""
+    scoped = _scoped(filters, user_id)
+    if scoped is None:
+        return {"data": [], "has_more": False, "next_cursor": None}
+    page = await store.search_runs(**scoped, limit=limit, cursor=cursor)
+    return {"data": [run_dict(row) for row in page.rows], "has_more": page.next_cursor is not None,
+            "next_cursor": page.next_cursor}
+
+
+async def usage_trend_of(store: RunEventStore, filters: Mapping[str, Any], *, by: str,
+                         user_id: str | None) -> JsonObject:
+    """``/api/usage``: ``usage_trend`` within the caller's user scope."""
+    scoped = _scoped(filters, user_id)
+    buckets = [] if scoped is None else await usage_trend(store, by, **scoped)  # type: ignore[arg-type]
+    return {"by": by, "data": [bucket.to_dict() for bucket in buckets]}
 
 
 async def run_page(

@@ -330,6 +330,8 @@ class RunRecorder:
         if call is None or state.ended:
             return
         meta = {"caller": call.caller, "llm_call_index": call.index, "model_name": call.model}
+        self.tally.add_llm_error(call.caller, call.model)
+        self.changed = True
         self._emit("llm.error", p.error_content(error, with_traceback=False), meta)
         if run_id == state.root:
             self._fail_root(error)
@@ -355,7 +357,7 @@ class RunRecorder:
         state.tool_runs[run_id] = ToolRun(name, call_id, caller, time.monotonic(), task, parent_run_id, args)
         if call_id is not None:
             state.seen_calls.add(call_id)
-        self.tally.tool_calls += 1
+        self.tally.add_tool(caller, name)
         self.changed = True
 
     def tool_end(self, output: Any, run_id: uuid.UUID) -> None:

@@ -39,16 +39,20 @@ from run_journal.bodies import (
 )
 from run_journal.catalog import LEGACY_ALIASES, TERMINAL_RUN_EVENTS, canonical_event_type
 from run_journal.envelope import JsonObject, JsonValue, NewEvent, RunEvent, validate_id, validate_task_id
-from run_journal.runs import RunRow
+from run_journal.runs import RunRow, RunStatus
 from run_journal.stores import retention
 from run_journal.stores.queries import (
     MESSAGE,
     EventQuery,
     RecentThreadQuery,
+    RunPage,
     RunQuery,
+    SearchQuery,
     StartQuery,
     ThreadActivity,
     ThreadQuery,
+    run_tags,
+    search_cursor,
     stamp,
 )
 from run_journal.stores.retention import PrunedThread, PruneResult, prune_cutoff
@@ -64,11 +68,11 @@ __all__ = [  # with the contract, the names its modules below it define, where c
     "BODY_LIMIT", "CONTRACT_MAJOR", "CONTRACT_VERSION", "FOLLOW_PAGE", "MAX_BODY_READ", "MAX_PAGE",
     "MAX_SEQ", "MESSAGE", "RUN_START", "TERMINAL_TYPES", "Body", "CorruptStoreError", "EventInput",
     "EventQuery", "FollowError", "IncompatibleStoreError", "PruneResult", "PrunedThread",
-    "RecentThreadQuery", "RunEventStore", "RunIdTakenError", "RunQuery", "StartQuery", "StorageProblem",
-    "StoreClosedError", "StoreError", "ThreadActivity", "ThreadQuery", "Waiter", "after_error",
-    "as_new_event", "check_cursor", "check_limit", "check_optional_id", "check_run_starts",
-    "check_statuses", "check_task_id", "check_thread_cursor", "exclusive_set", "expand_event_types",
-    "metadata_task_id", "prune_cutoff", "stamp",
+    "RecentThreadQuery", "RunEventStore", "RunIdTakenError", "RunPage", "RunQuery", "SearchQuery",
+    "StartQuery", "StorageProblem", "StoreClosedError", "StoreError", "ThreadActivity", "ThreadQuery",
+    "Waiter", "after_error", "as_new_event", "check_cursor", "check_limit", "check_optional_id",
+    "check_run_starts", "check_statuses", "check_task_id", "check_thread_cursor", "exclusive_set",
+    "expand_event_types", "metadata_task_id", "prune_cutoff", "run_tags", "search_cursor", "stamp",
 ]
 
 
@@ -181,9 +185,67 @@ def check_thread_cursor(before: str | None) -> tuple[str, str] | None:
                          f"got {before!r}") from None
 
 
+def check_place_cursor(name: str, cursor: str | None, id_name: str) -> tuple[str, str] | None:
+    """A ``<stamp>/<id>`` cursor as (stamp, id); a ValueError naming ``name`` otherwise."""
+    if cursor is None:
+        return None
+    when, slash, key = cursor.partition("/") if isinstance(cursor, str) else ("", "", "")
+    try:
+        moment = datetime.fromisoformat(when)
+        if not slash or moment.tzinfo is None or stamp(moment) != when:
+            raise ValueError(when)
+        return when, validate_id(id_name, key)
+    except ValueError:
+        raise ValueError(f"{name} must be a cursor this listing returned, got {cursor!r}") from None
+
+
+def check_moment(name: str, value: datetime | None) -> str | None:
+    """A timezone-aware ``datetime`` bound as its stamp."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise ValueError(f"{name} must be a timezone-aware datetime, got {value!r}")
+    return stamp(value)
+
+
+def check_name(name: str, value: str | None) -> str | None:
+    """A model, tool or caller name to search for: a non-empty string of at most 255 characters."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 255 or "\x00" in value:
+        raise ValueError(f"{name} must be a non-empty name of at most 255 characters, got {value!r}")
+    return value
+
+
+def check_bound(name: str, value: float | None, kind: type[int | float]) -> Any:
+    """A ``min_*`` bound: None or a finite number >= 0 (an integer for token counts)."""
+    if value is None:
+        return None
+    allowed = (int,) if kind is int else (int, float)
+    if isinstance(value, bool) or not isinstance(value, allowed) or not 0 <= value < float("inf"):
+        what = "an integer" if kind is int else "a number"
+        raise ValueError(f"{name} must be {what} >= 0, got {value!r}")
+    return kind(value)
+
+
+def check_search_statuses(statuses: Sequence[str] | None) -> tuple[str, ...] | None:
+    names = check_statuses(statuses)
+    known = {status.value for status in RunStatus}
+    for status in names or ():
+        if status not in known:
+            raise ValueError(f"statuses: {status!r} is not a run status ({', '.join(sorted(known))})")
+    return names
+
+
 def after_error(run_id: str) -> ValueError:
     """``list_runs(after=...)`` named a run that is not in the listing."""
     return ValueError(f"after={run_id!r} is not a run of this listing (deleted, or of another thread)")
+
+
+def _check_flag(name: str, value: bool | None) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"{name} must be True, False or None, got {value!r}")
+    return value
 
 
 def check_optional_id(name: str, value: str | None) -> str | None:
@@ -735,6 +797,57 @@ class RunEventStore(abc.ABC):
         await self._ready()
         return await self._count_runs(query)
 
+    async def search_runs(
+        self,
+        *,
+        statuses: Sequence[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        model: str | None = None,
+        tool: str | None = None,
+        caller: str | None = None,
+        min_cost_usd: float | None = None,
+        min_tokens: int | None = None,
+        has_error: bool | None = None,
+        user_id: str | None = None,
+        thread_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """Runs of every thread that match every filter given, newest first, one page at a time.
+
+        ``statuses``: one of these (names of ``RunStatus``); ``since`` / ``until``: started within
+        ``[since, until)`` (timezone-aware; a run that never started matches no time range);
+        ``model`` / ``tool`` / ``caller``: used that model, called that tool, has calls of that
+        caller (``RunRow.models``, ``tools``, ``callers``); ``min_cost_usd`` / ``min_tokens``: cost
+        or total tokens at least that (an unknown cost matches no cost bound); ``has_error``:
+        ``RunRow.has_error`` is that value; ``user_id``, ``thread_id``: of that user, that thread.
+
+        The order is ``list_runs``' reversed: by ``started_at`` (else the first ``put_run``), ties by
+        run id. ``limit`` rows; the page's ``next_cursor``, passed as ``cursor``, continues after its
+        last row (None: there is nothing after it). A ValueError names a bad argument.
+        """
+        query = SearchQuery(
+            limit=check_limit(limit) + 1, statuses=check_search_statuses(statuses),
+            since=check_moment("since", since), until=check_moment("until", until),
+            model=check_name("model", model), tool=check_name("tool", tool),
+            caller=check_name("caller", caller),
+            min_cost_usd=check_bound("min_cost_usd", min_cost_usd, float),
+            min_tokens=check_bound("min_tokens", min_tokens, int),
+            has_error=_check_flag("has_error", has_error),
+            user_id=check_optional_id("user_id", user_id),
+            thread_id=check_optional_id("thread_id", thread_id),
+            before=check_place_cursor("cursor", cursor, "run_id"),
+        )
+        await self._ready()
+        found = [] if query.statuses == () else await self._search_runs(query)
+        if query.user_id is not None and any(row.user_id != query.user_id for _, row in found):
+            raise StoreError(f"{type(self).__name__} returned another user's run; nothing is returned")
+        page = found[:limit]
+        more = len(found) > limit
+        return RunPage(tuple(row for _, row in page),
+                       search_cursor(page[-1][0], page[-1][1].run_id) if more else None)
+
     # -- deletes ---------------------------------------------------------------------------------
     async def delete_by_thread(self, thread_id: str) -> int:
         """Delete a thread's events, run rows and bodies; returns the number of events deleted.
@@ -841,6 +954,16 @@ class RunEventStore(abc.ABC):
     async def _count_runs(self, query: RunQuery) -> int:
         """``count_runs``. This default lists the rows; the backends here count in their index."""
         return len(await self._select_runs(query))
+
+    async def _search_runs(self, query: SearchQuery) -> list[tuple[str, RunRow]]:
+        """``search_runs``: the first ``query.limit`` matches (``SearchQuery.admits``), newest first,
+        each with the stamp of its place in the order. This default reads every row (slow on a large
+        store), placing a row that never started at its ``updated_at``; the backends here override
+        it with their own order (and indexes, where they have them)."""
+        placed = [(stamp(row.started_at or row.updated_at), row)
+                  for row in await self._select_runs(RunQuery(thread_id=query.thread_id))]
+        placed.sort(key=lambda item: (item[0], item[1].run_id), reverse=True)
+        return [item for item in placed if query.admits(item[1], item[0])][: query.limit]
 
     async def _select_recent_threads(self, query: RecentThreadQuery) -> list[ThreadActivity]:
         """``list_recent_threads``. This default reads every thread's newest event and sorts them

@@ -29,7 +29,7 @@ from typing import Any, Final, NamedTuple
 
 from run_journal.bodies import Body
 from run_journal.envelope import NewEvent, RunEvent, dumps, loads, utc_now
-from run_journal.runs import RunRow, may_replace
+from run_journal.runs import RunRow, may_replace, stored_row
 from run_journal.stores.base import (
     MESSAGE,
     RUN_START,
@@ -38,6 +38,7 @@ from run_journal.stores.base import (
     RunEventStore,
     RunIdTakenError,
     RunQuery,
+    SearchQuery,
     StartQuery,
     ThreadActivity,
     ThreadQuery,
@@ -192,9 +193,11 @@ class StoredRun:
     run_id: str
     started_at: datetime | None
     user_id: str | None
+    facts: RunRow
+    """The row as written, never handed out (reads decode ``row_json``): what search filters read."""
 
     def row(self) -> RunRow:
-        return RunRow.from_dict(loads(self.row_json))
+        return stored_row(loads(self.row_json))
 
     def sort_key(self) -> tuple[datetime, str]:
         return (self.started_at or self.first_put_at, self.run_id)
@@ -333,7 +336,7 @@ class MemoryRunEventStore(RunEventStore):
             return stored
         first_put_at = stored.first_put_at if stored else utc_now()
         self._runs[row.run_id] = StoredRun(
-            row_json, first_put_at, row.thread_id, row.status, row.run_id, row.started_at, row.user_id
+            row_json, first_put_at, row.thread_id, row.status, row.run_id, row.started_at, row.user_id, row
         )
         return None
 
@@ -483,6 +486,14 @@ class MemoryRunEventStore(RunEventStore):
                 stored = [item for item in stored if (item.sort_key() < key if query.newest_first
                                                       else item.sort_key() > key)]
         return [item.row() for item in stored[: query.limit]]
+
+    async def _search_runs(self, query: SearchQuery) -> list[tuple[str, RunRow]]:
+        """A scan: every run's place and row read and filtered (no index), newest first."""
+        with self._lock:
+            placed = [(stamp(item.sort_key()[0]), item) for item in self._runs.values()]
+        placed.sort(key=lambda pair: (pair[0], pair[1].run_id), reverse=True)
+        found = [(place, item) for place, item in placed if query.admits(item.facts, place)][: query.limit]
+        return [(place, item.row()) for place, item in found]
 
     async def _count_runs(self, query: RunQuery) -> int:
         with self._lock:

@@ -33,8 +33,8 @@ from run_journal.envelope import NewEvent
 from run_journal.runs import TERMINAL_STATUSES
 from run_journal.stores.queries import stamp
 
-VERSION: Final = 2
-"""The version of the function this library calls."""
+VERSION: Final = 3
+"""The version of the function this library calls (3: the run row's search columns)."""
 FALLBACK_STATE: Final = "RJ001"
 """The SQLSTATE the function raises to send the caller to the general path."""
 FINISHED: Final = tuple(sorted(TERMINAL_STATUSES))
@@ -46,8 +46,9 @@ def function_name(schema: str | None, version: int = VERSION) -> str:
 
 
 def create_function(schema: str | None, version: int) -> str:
-    """``CREATE OR REPLACE FUNCTION`` of the write's ``version`` (1 or 2: a migration creates the one
-    of its schema version, always the same text), naming the tables of ``schema``."""
+    """``CREATE OR REPLACE FUNCTION`` of the write's ``version`` (1, 2 or 3: a migration creates the one
+    of its schema version, always the same text), naming the tables of ``schema``. Version 2 writes
+    bodies, version 3 also the run row's search columns (schema version 7)."""
     def table(name: str) -> str:
         return f'"{schema}".{name}' if schema else name
 
@@ -55,6 +56,12 @@ def create_function(schema: str | None, version: int) -> str:
     runs, starts = table("run_journal_runs"), table("run_journal_run_starts")
     users, followers = table("run_journal_user_threads"), table("run_journal_followers")
     body_parameters, write_bodies = "", ""
+    search_columns, search_values, search_updates = "", "", ""
+    if version >= 3:
+        search_columns = ", tags, total_tokens, cost_usd, has_error"
+        search_values = ", p_row[10], p_row[11]::bigint, p_row[12]::double precision, p_row[13]::boolean"
+        search_updates = (", tags = excluded.tags, total_tokens = excluded.total_tokens, "
+                          "cost_usd = excluded.cost_usd, has_error = excluded.has_error")
     if version >= 2:
         body_parameters = ", p_body_digest text[], p_body_data bytea[]"
         write_bodies = f"""
@@ -138,11 +145,12 @@ BEGIN
 
     IF p_row IS NOT NULL AND v_closed THEN
         INSERT INTO {runs} AS r (run_id, thread_id, user_id, status, started_at, updated_at, "row",
-                                 first_put_at, ordered_at)
-        VALUES (p_row[1], p_row[2], p_row[3], p_row[4], p_row[5], p_row[6], p_row[7], p_row[8], p_row[9])
+                                 first_put_at, ordered_at{search_columns})
+        VALUES (p_row[1], p_row[2], p_row[3], p_row[4], p_row[5], p_row[6], p_row[7], p_row[8],
+                p_row[9]{search_values})
         ON CONFLICT (run_id) DO UPDATE SET user_id = excluded.user_id, status = excluded.status,
             started_at = excluded.started_at, updated_at = excluded.updated_at, "row" = excluded."row",
-            ordered_at = coalesce(excluded.started_at, r.first_put_at)
+            ordered_at = coalesce(excluded.started_at, r.first_put_at){search_updates}
         WHERE r.thread_id = excluded.thread_id
           AND (r.status <> ALL (p_finished) OR r.status = excluded.status)
         RETURNING r."row", r.thread_id INTO v_row_json, v_row_thread;
@@ -164,6 +172,11 @@ $write$
 """
 
 
+def _text(value: Any) -> str:
+    """A run column as the text of ``p_row`` (the function casts it back)."""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
 def call(schema: str | None) -> str:
     """The statement of one write: asyncpg's ``$n`` parameters, in ``arguments`` order."""
     marks = ", ".join(f"${n}" for n in range(1, 17))
@@ -182,6 +195,7 @@ def arguments(
         [e.event_type for e in events], [e.category for e in events], [e.content_json for e in events],
         [e.metadata_json for e in events], [e.task_id for e in events],
         [stamp(e.created_at) for e in events], [e.user_id for e in events],
-        list(exclusive) if exclusive is not None else None, list(row) if row is not None else None,
+        list(exclusive) if exclusive is not None else None,
+        [None if value is None else _text(value) for value in row] if row is not None else None,
         list(FINISHED), channel, [body.digest for body in bodies], [body.data for body in bodies],
     )

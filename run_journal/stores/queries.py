@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from run_journal.catalog import Category
+from run_journal.runs import RunRow
 
 MESSAGE: Final = Category.MESSAGE.value
 
@@ -129,3 +130,85 @@ class RunQuery:
             and (self.statuses is None or status in self.statuses)
             and (self.user_id is None or user_id == self.user_id)
         )
+
+
+TAG_KINDS: Final = ("model", "tool", "caller")
+"""What a run is tagged with for search: ``model:<name>``, ``tool:<name>``, ``caller:<name>``."""
+
+
+def run_tags(row: RunRow) -> tuple[str, ...]:
+    """The search tags of a run row, sorted: one per model, tool and caller it used."""
+    return tuple(sorted({*(f"model:{name}" for name in row.models),
+                         *(f"tool:{name}" for name in row.tools),
+                         *(f"caller:{name}" for name in row.callers)}))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SearchQuery:
+    """Runs of every thread that match every filter given, newest first (by ``started_at``, else the
+    time of the run's first ``put_run``; ties: the greater run id first, as ``list_runs``): the first
+    ``limit`` whose place (stamp, run_id) is below ``before``, when given.
+
+    ``since`` / ``until`` (stamps) bound ``started_at``: ``since <= started_at < until`` (a run that
+    never started matches no time range). ``min_cost_usd`` / ``min_tokens``: at least that much (a
+    run of unknown cost matches no cost bound). ``has_error``: ``RunRow.has_error`` is that value.
+    """
+
+    limit: int
+    statuses: tuple[str, ...] | None = None
+    since: str | None = None
+    until: str | None = None
+    model: str | None = None
+    tool: str | None = None
+    caller: str | None = None
+    min_cost_usd: float | None = None
+    min_tokens: int | None = None
+    has_error: bool | None = None
+    user_id: str | None = None
+    thread_id: str | None = None
+    before: tuple[str, str] | None = None
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The tags a match carries (see ``run_tags``)."""
+        named = (("model", self.model), ("tool", self.tool), ("caller", self.caller))
+        return tuple(f"{kind}:{value}" for kind, value in named if value is not None)
+
+    def admits(self, row: RunRow, place: str) -> bool:
+        """Whether ``row``, at ``place`` (the stamp of its place in the order), is one of the matches
+        (the limit aside)."""
+        if self.before is not None and (place, row.run_id) >= self.before:
+            return False
+        if self.since is not None or self.until is not None:
+            if row.started_at is None:
+                return False
+            started = stamp(row.started_at)
+            if (self.since is not None and started < self.since) or (
+                    self.until is not None and started >= self.until):
+                return False
+        cost = row.usage.cost_usd
+        return (
+            (self.statuses is None or str(row.status) in self.statuses)
+            and (self.thread_id is None or row.thread_id == self.thread_id)
+            and (self.user_id is None or row.user_id == self.user_id)
+            and (self.model is None or self.model in row.models)
+            and (self.tool is None or self.tool in row.tools)
+            and (self.caller is None or self.caller in row.callers)
+            and (self.min_cost_usd is None or (cost is not None and cost >= self.min_cost_usd))
+            and (self.min_tokens is None or row.usage.total_tokens >= self.min_tokens)
+            and (self.has_error is None or row.has_error == self.has_error)
+        )
+
+
+def search_cursor(place: str, run_id: str) -> str:
+    """A run's place in the search order as the ``cursor`` of the next page: ``<stamp>/<run_id>``."""
+    return f"{place}/{run_id}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of ``search_runs``: its rows, newest first, and the ``cursor`` of the next page
+    (None when this one is the last)."""
+
+    rows: tuple[RunRow, ...]
+    next_cursor: str | None = None

@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from run_journal.bodies import Body
 from run_journal.envelope import NewEvent, RunEvent, dumps, loads, utc_now
-from run_journal.runs import TERMINAL_STATUSES, RunRow
+from run_journal.runs import TERMINAL_STATUSES, RunRow, stored_row
 from run_journal.stores.base import (
     MESSAGE,
     RUN_START,
@@ -42,13 +42,24 @@ from run_journal.stores.base import (
     RunEventStore,
     RunIdTakenError,
     RunQuery,
+    SearchQuery,
     StartQuery,
     ThreadActivity,
     ThreadQuery,
     after_error,
 )
 from run_journal.stores.queries import stamp
-from run_journal.stores.sql_schema import bodies, events, qualified, run_starts, runs, threads, user_threads
+from run_journal.stores.sql_schema import (
+    bodies,
+    events,
+    qualified,
+    run_starts,
+    run_tags,
+    runs,
+    search_values,
+    threads,
+    user_threads,
+)
 
 T = TypeVar("T")
 POSTGRES_EXTRA: Final = "pip install 'run-journal[postgres]'"
@@ -88,7 +99,7 @@ INSERT_COLUMNS: Final = (
     "created_at", "event_id", "user_id",
 )
 RUN_COLUMNS: Final = ("run_id", "thread_id", "user_id", "status", "started_at", "updated_at", "row",
-                      "first_put_at", "ordered_at")
+                      "first_put_at", "ordered_at", "tags", "total_tokens", "cost_usd", "has_error")
 _KEPT_ON_UPDATE: Final = frozenset({"run_id", "thread_id", "first_put_at", "ordered_at"})
 """Run columns an update never sets from the new row (a run never moves to another thread; its
 place in the order is its start, else its first put, as stored)."""
@@ -121,6 +132,7 @@ def run_values(row: RunRow) -> dict[str, Any]:
         "status": data["status"], "updated_at": stamp(row.updated_at),
         "started_at": stamp(row.started_at) if row.started_at else None, "row": dumps(data),
         "first_put_at": now, "ordered_at": stamp(row.started_at) if row.started_at else now,
+        **search_values(row),
     }
 
 
@@ -158,6 +170,7 @@ class SqlWork:
         self.threads = qualified(threads, schema)
         self.runs = qualified(runs, schema)
         self.run_starts = qualified(run_starts, schema)
+        self.run_tags = qualified(run_tags, schema)
         self.select = f"SELECT {_row_columns()} FROM {self.events}"
         # the claim of a run id: inserted, or the stored one returned (locked until commit)
         has_row = f"EXISTS (SELECT 1 FROM {self.runs} AS r WHERE r.run_id = :row_run_id)"
@@ -473,7 +486,7 @@ class SqlWork:
 
     def get_run(self, db: SqlSession, run_id: str) -> RunRow | None:
         found = db.rows(self.stored_run, {"run_id": run_id})
-        return RunRow.from_dict(loads(found[0][0])) if found else None
+        return stored_row(loads(found[0][0])) if found else None
 
     def select_starts_without_row(self, db: SqlSession, query: StartQuery) -> list[RunEvent]:
         """The rowless claims of the partial index (``has_row``), each joined to its run.start by
@@ -523,7 +536,64 @@ class SqlWork:
         if query.limit is not None:
             sql += " LIMIT :limit"
             params["limit"] = query.limit
-        return [RunRow.from_dict(loads(row[0])) for row in db.rows(sql, params)]
+        return [stored_row(loads(row[0])) for row in db.rows(sql, params)]
+
+    def search_runs(self, db: SqlSession, query: SearchQuery) -> list[tuple[str, RunRow]]:
+        sql, params = self.search_sql(query)
+        return [(str(moment), stored_row(loads(row))) for moment, row in db.rows(sql, params)]
+
+    def search_sql(self, query: SearchQuery) -> tuple[str, dict[str, Any]]:
+        """``search_runs``' statement and its parameters. One index range read backwards, filtered:
+        with a model, tool or caller, the range of its first tag in ``run_journal_run_tags`` (tag,
+        ordered_at, run_id) joined to the rows, the other tags checked by their key; otherwise the
+        runs table in list order, by the index the planner picks for the equalities (thread, user,
+        status, errors)."""
+        params: dict[str, Any] = {"limit": query.limit}
+        where: list[str] = []
+        tags = query.tags
+        if tags:
+            source = f"{self.run_tags} AS t JOIN {self.runs} AS r ON r.run_id = t.run_id"
+            place, key = "t.ordered_at", "t.run_id"
+            where.append("t.tag = :tag_0")
+            params["tag_0"] = tags[0]
+            for n, tag in enumerate(tags[1:], 1):
+                where.append(f"EXISTS (SELECT 1 FROM {self.run_tags} AS t{n} "
+                             f"WHERE t{n}.run_id = r.run_id AND t{n}.tag = :tag_{n})")
+                params[f"tag_{n}"] = tag
+        else:
+            source, place, key = f"{self.runs} AS r", "r.ordered_at", "r.run_id"
+        if query.before is not None:
+            where.append(f"({place}, {key}) < (:before_at, :before_id)")
+            params["before_at"], params["before_id"] = query.before
+        if query.since is not None or query.until is not None:
+            where.append("r.started_at IS NOT NULL")  # then ordered_at is started_at
+        if query.since is not None:
+            where.append(f"{place} >= :since")
+            params["since"] = query.since
+        if query.until is not None:
+            where.append(f"{place} < :until")
+            params["until"] = query.until
+        for column in ("thread_id", "user_id"):
+            if (value := getattr(query, column)) is not None:
+                where.append(f"r.{column} = :{column}")
+                params[column] = value
+        if query.statuses is not None:
+            marks, names = _names("status", query.statuses)
+            where.append(f"r.status IN ({marks})" if len(names) > 1 else f"r.status = {marks}")
+            params.update(names)
+        if query.min_cost_usd is not None:
+            where.append("r.cost_usd >= :min_cost")
+            params["min_cost"] = query.min_cost_usd
+        if query.min_tokens is not None:
+            where.append("r.total_tokens >= :min_tokens")
+            params["min_tokens"] = query.min_tokens
+        if query.has_error is not None:
+            where.append("r.has_error" if query.has_error else "NOT r.has_error")
+        sql = f'SELECT {place}, r."row" FROM {source}'
+        if where:
+            sql += f" WHERE {' AND '.join(where)}"
+        sql += f" ORDER BY {place} DESC, {key} DESC LIMIT :limit"
+        return sql, params
 
     def count_runs(self, db: SqlSession, query: RunQuery) -> int:
         where, params = self._run_filters(query)
@@ -654,7 +724,7 @@ class SqlRunEventStore(RunEventStore):
         row_json, owner = await self._write(self._work.put_run, run_values(row))
         if owner != row.thread_id:
             raise moved_run_error(row.run_id, owner, row.thread_id)
-        return RunRow.from_dict(loads(row_json))
+        return stored_row(loads(row_json))
 
     async def _put_run_close(
         self, batch: Sequence[NewEvent], terminal: NewEvent, types: tuple[str, ...], row: RunRow,
@@ -704,6 +774,9 @@ class SqlRunEventStore(RunEventStore):
 
     async def _count_runs(self, query: RunQuery) -> int:
         return await self._read(self._work.count_runs, query)
+
+    async def _search_runs(self, query: SearchQuery) -> list[tuple[str, RunRow]]:
+        return await self._read(self._work.search_runs, query)
 
     async def _select_recent_threads(self, query: RecentThreadQuery) -> list[ThreadActivity]:
         return await self._read(self._work.select_recent_threads, query)

@@ -12,8 +12,9 @@ the later ones find the work done.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import (
     BigInteger,
@@ -21,6 +22,7 @@ from sqlalchemy import (
     Column,
     Connection,
     DateTime,
+    Float,
     Index,
     Integer,
     LargeBinary,
@@ -29,14 +31,17 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    bindparam,
     false,
     inspect,
     select,
     text,
 )
 
+from run_journal.runs import RunRow
 from run_journal.stores.base import CONTRACT_MAJOR, CONTRACT_VERSION, IncompatibleStoreError
 from run_journal.stores.postgres_write import create_function
+from run_journal.stores.queries import run_tags as run_tags_of
 
 ID = String(255)
 """Thread, run, user and event ids (``envelope.validate_id`` caps them at 255 characters)."""
@@ -114,6 +119,28 @@ runs = Table(
     Index("ix_run_journal_runs_all_order", "ordered_at", "run_id"),
     # runs by status in list order: reconcile's running and pending runs (schema version 5)
     Index("ix_run_journal_runs_status", "status", "ordered_at", "run_id"),
+    # what search_runs filters on (schema version 7): the row's search tags (a JSON array of
+    # "model:<name>", "tool:<name>", "caller:<name>", copied into run_journal_run_tags by a trigger),
+    # its total tokens and cost, and whether anything in it failed
+    Column("tags", Text, nullable=True),
+    Column("total_tokens", BigInteger, nullable=True),
+    Column("cost_usd", Float, nullable=True),
+    Column("has_error", Boolean, nullable=True),
+    Index("ix_run_journal_runs_user_order", "user_id", "ordered_at", "run_id"),
+    Index("ix_run_journal_runs_errors", "ordered_at", "run_id", sqlite_where=text("has_error"),
+          postgresql_where=text("has_error")),
+)
+
+run_tags = Table(
+    "run_journal_run_tags",
+    metadata,
+    # One row per run and search tag (schema version 7), kept by triggers on run_journal_runs from its
+    # tags column, with the run's place in the list order: runs of a tag, newest first, are one index
+    # range (tag, ordered_at, run_id).
+    Column("run_id", ID, primary_key=True),
+    Column("tag", Text, primary_key=True),
+    Column("ordered_at", STAMP, nullable=False),
+    Index("ix_run_journal_run_tags_order", "tag", "ordered_at", "run_id"),
 )
 
 run_starts = Table(
@@ -227,7 +254,7 @@ def _add_activity_and_run_order_v4(connection: Connection, schema: str | None) -
         f"UPDATE {runs_table} SET ordered_at = coalesce(started_at, first_put_at, updated_at) "
         "WHERE ordered_at IS NULL"
     )
-    _create_indexes(connection, *runs.indexes)
+    _create_indexes(connection, *_runs_indexes_before_v7())
     prefix = f'"{schema}".' if schema else ""
     connection.exec_driver_sql(f"DROP INDEX IF EXISTS {prefix}ix_run_journal_runs_thread")
 
@@ -244,7 +271,7 @@ def _add_reconcile_indexes_and_one_call_writes_v5(connection: Connection, schema
         f"UPDATE {starts_table} SET has_row = EXISTS (SELECT 1 FROM {runs_table} AS r "
         f"WHERE r.run_id = {starts_table}.run_id)"
     )
-    _create_indexes(connection, *run_starts.indexes, *runs.indexes)
+    _create_indexes(connection, *run_starts.indexes, *_runs_indexes_before_v7())
     if connection.dialect.name == "postgresql":
         followers.create(connection, checkfirst=True)
         connection.exec_driver_sql(create_function(schema, 1))
@@ -258,10 +285,103 @@ def _add_bodies_v6(connection: Connection, schema: str | None) -> None:
         connection.exec_driver_sql(create_function(schema, 2))
 
 
+SEARCH_INDEXES: Final = frozenset({"ix_run_journal_runs_user_order", "ix_run_journal_runs_errors"})
+"""The indexes of ``run_journal_runs`` that schema version 7 adds (on its columns)."""
+
+
+def _runs_indexes_before_v7() -> list[Index]:
+    """What migrations 4 and 5 create: the runs indexes without those on version 7's columns."""
+    return [index for index in runs.indexes if index.name not in SEARCH_INDEXES]
+
+
+def _add_search_v7(connection: Connection, schema: str | None) -> None:
+    """Schema version 7: what ``search_runs`` reads. ``run_journal_runs`` gains ``tags``,
+    ``total_tokens``, ``cost_usd`` and ``has_error`` (filled from each stored row) and indexes of runs
+    by user and of runs with an error; ``run_journal_run_tags`` holds one row per run and tag, kept
+    by triggers on the runs table (``run_tag_triggers``); on PostgreSQL the one-call write that sets
+    the new columns (``run_journal_write_v3``; v1 and v2 stay for processes that still call them)."""
+    runs_table = qualified(runs, schema)
+    present = _columns(connection, runs, schema)
+    for name, kind in (("tags", "TEXT"), ("total_tokens", "BIGINT"), ("cost_usd", "DOUBLE PRECISION"),
+                       ("has_error", "BOOLEAN")):
+        if name not in present:
+            connection.exec_driver_sql(f"ALTER TABLE {runs_table} ADD COLUMN {name} {kind}")
+    run_tags.create(connection, checkfirst=True)
+    for statement in run_tag_triggers(connection.dialect.name, schema):
+        connection.exec_driver_sql(statement)
+    _create_indexes(connection, *runs.indexes, *run_tags.indexes)
+    _fill_search_columns(connection)
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql(create_function(schema, 3))
+
+
+def _fill_search_columns(connection: Connection) -> None:
+    """The search columns of every stored row without them, a page at a time (the tags trigger
+    fills the tags table as they are set)."""
+    after = ""
+    update = runs.update().where(runs.c.run_id == bindparam("key")).values(
+        tags=bindparam("tags"), total_tokens=bindparam("total_tokens"), cost_usd=bindparam("cost_usd"),
+        has_error=bindparam("has_error"))
+    while page := connection.execute(
+            select(runs.c.run_id, runs.c.row).where(runs.c.tags.is_(None), runs.c.run_id > after)
+            .order_by(runs.c.run_id).limit(1000)).all():
+        connection.execute(update, [{"key": run_id, **search_values(RunRow.from_dict(json.loads(row)))}
+                                    for run_id, row in page])
+        after = str(page[-1][0])
+
+
+def search_values(row: RunRow) -> dict[str, Any]:
+    """The search columns of a run row."""
+    return {"tags": json.dumps(run_tags_of(row), ensure_ascii=False), "total_tokens": row.usage.total_tokens,
+            "cost_usd": row.usage.cost_usd, "has_error": row.has_error}
+
+
+def run_tag_triggers(dialect: str, schema: str | None) -> list[str]:
+    """The triggers that keep ``run_journal_run_tags`` equal to each run row's ``tags``: on insert,
+    on an update that changes its tags or its place (``ordered_at``), on delete."""
+    runs_table, tags_table = qualified(runs, schema), qualified(run_tags, schema)
+    changed = "OLD.tags IS DISTINCT FROM NEW.tags OR OLD.ordered_at IS DISTINCT FROM NEW.ordered_at"
+    if dialect == "postgresql":
+        prefix = f'"{schema}".' if schema else ""
+        function = f"{prefix}run_journal_run_tags_v1"
+        return [
+            f"""CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $tags$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        DELETE FROM {tags_table} WHERE run_id = OLD.run_id;
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.tags IS NOT NULL THEN
+        INSERT INTO {tags_table} (run_id, tag, ordered_at)
+        SELECT DISTINCT NEW.run_id, t.tag, NEW.ordered_at
+        FROM json_array_elements_text(NEW.tags::json) AS t(tag);
+    END IF;
+    RETURN NULL;
+END
+$tags$""",
+            f"DROP TRIGGER IF EXISTS run_journal_run_tags_write ON {runs_table}",
+            f"CREATE TRIGGER run_journal_run_tags_write AFTER INSERT OR DELETE ON {runs_table} "
+            f"FOR EACH ROW EXECUTE FUNCTION {function}()",
+            f"DROP TRIGGER IF EXISTS run_journal_run_tags_update ON {runs_table}",
+            f"CREATE TRIGGER run_journal_run_tags_update AFTER UPDATE ON {runs_table} "
+            f"FOR EACH ROW WHEN ({changed}) EXECUTE FUNCTION {function}()",
+        ]
+    insert = (f"INSERT OR IGNORE INTO {tags_table} (run_id, tag, ordered_at) "
+              "SELECT NEW.run_id, value, NEW.ordered_at FROM json_each(NEW.tags) WHERE NEW.tags IS NOT NULL;")
+    delete = f"DELETE FROM {tags_table} WHERE run_id = OLD.run_id;"
+    return [
+        f"CREATE TRIGGER IF NOT EXISTS run_journal_run_tags_insert AFTER INSERT ON {runs_table} "
+        f"BEGIN {insert} END",
+        f"CREATE TRIGGER IF NOT EXISTS run_journal_run_tags_update AFTER UPDATE ON {runs_table} "
+        f"WHEN {changed} BEGIN {delete} {insert} END",
+        f"CREATE TRIGGER IF NOT EXISTS run_journal_run_tags_delete AFTER DELETE ON {runs_table} "
+        f"BEGIN {delete} END",
+    ]
+
+
 Migration = Callable[[Connection, str | None], None]
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     _create_v1, _add_first_put_at_v2, _add_run_starts_v3, _add_activity_and_run_order_v4,
-    _add_reconcile_indexes_and_one_call_writes_v5, _add_bodies_v6,
+    _add_reconcile_indexes_and_one_call_writes_v5, _add_bodies_v6, _add_search_v7,
 )
 """Position + 1 is the schema version a migration brings the store to. Append only; never change
 what one does to a store."""

@@ -16,9 +16,9 @@ Each test opens one store through the factory (some open a second one and close 
 ``aclose()`` must be idempotent). The suite needs ``pytest`` and ``pytest-asyncio`` (the ``dev``
 extra); ``run_journal`` never imports this package, so library users never pay for it.
 
-The tests live in one mixin per theme (``_writes``, ``_reads``, ``_runs``, ``_activity``, ``_follow``,
-``_records``, ``_concurrency``, ``_limits``, ``_run_ids``, ``_prune``, ``_bodies``) on top of
-``_support`` (helpers, test data, the ``store`` fixtures).
+The tests live in one mixin per theme (``_writes``, ``_reads``, ``_runs``, ``_activity``, ``_search``,
+``_follow``, ``_records``, ``_concurrency``, ``_limits``, ``_run_ids``, ``_prune``, ``_bodies``) on top
+of ``_support`` (helpers, test data, the ``store`` fixtures).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from run_journal.testing._reads import ReadTests
 from run_journal.testing._records import RecordTests
 from run_journal.testing._run_ids import RunIdTests
 from run_journal.testing._runs import RunTests
+from run_journal.testing._search import SearchTests
 from run_journal.testing._support import (
     GUARD,
     MESSAGE_TYPES,
@@ -73,10 +74,10 @@ __all__ = [
 
 
 # pytest collects inherited tests base class first (reverse MRO), so the mixins are listed last theme
-# first: the tests run in the order of the themes (writes, reads, runs, activity order, follow, records,
-# concurrency, limits, run ids, prune, bodies).
+# first: the tests run in the order of the themes (writes, reads, runs, activity order, search, follow,
+# records, concurrency, limits, run ids, prune, bodies).
 class RunEventStoreConformance(
-    BodyTests, PruneTests, RunIdTests, LimitTests, ConcurrencyTests, RecordTests, FollowTests,
+    BodyTests, PruneTests, RunIdTests, LimitTests, ConcurrencyTests, RecordTests, FollowTests, SearchTests,
     ActivityTests, RunTests, ReadTests, WriteTests,
 ):
     """The store contract as tests. Subclass it (``Test...``) and implement ``make_store``."""

@@ -119,6 +119,12 @@ class RunTally:
     """Open tasks: the model calls their subagent had made when they started."""
     reported_tasks: set[str] = dataclasses.field(default_factory=set)
     """Tasks whose reported usage was counted."""
+    tools: set[str] = dataclasses.field(default_factory=set)
+    """Names of the tools called."""
+    llm_errors: int = 0
+    failed_models: set[str] = dataclasses.field(default_factory=set)
+    """Models of failed calls (their usage is never counted, so no group names them)."""
+    tool_callers: set[str] = dataclasses.field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.pricing is not False and prices.DEFAULT.cold:
@@ -143,6 +149,18 @@ class RunTally:
     def add_known(self, caller: str, model: str | None, usage: TokenUsage, cost: float) -> None:
         """Count one model call whose cost is already known (a stored call's recorded cost)."""
         self._add(caller, model, priced(usage, cost))
+
+    def add_tool(self, caller: str, name: str) -> None:
+        """Count one tool call."""
+        self.tool_calls += 1
+        self.tools.add(name)
+        self.tool_callers.add(caller)
+
+    def add_llm_error(self, caller: str, model: str | None) -> None:
+        """Count one failed model call."""
+        self.llm_errors += 1
+        self.failed_models.add(model or "unknown")
+        self.tool_callers.add(caller)
 
     def task_started(self, task_id: str, caller: str) -> None:
         """A subagent task started; ``caller`` is its subagent's (``subagent:<name>``)."""
@@ -203,7 +221,9 @@ class RunTally:
         return RunTally(self.pricing, dict(self.groups), self.tool_calls, self.tool_errors, self.messages,
                         self.first_human, self.last_ai, dict(self.unpriced) if self.unpriced else {},
                         dict(self.calls_at_task_start) if self.calls_at_task_start else {},
-                        set(self.reported_tasks) if self.reported_tasks else set())
+                        set(self.reported_tasks) if self.reported_tasks else set(),
+                        set(self.tools), self.llm_errors, set(self.failed_models),
+                        set(self.tool_callers))
 
     def row_fields(self) -> dict[str, Any]:
         """The ``RunRow`` fields this tally owns."""
@@ -217,6 +237,10 @@ class RunTally:
             "first_human_message": self.first_human,
             "last_ai_message": self.last_ai,
             "cost_note": self.cost_note,
+            "models": {model for _, model in self.groups} | self.failed_models,
+            "tools": self.tools,
+            "callers": {caller for caller, _ in self.groups} | self.tool_callers,
+            "llm_error_count": self.llm_errors,
         }
 
 

@@ -18,7 +18,14 @@ from pathlib import Path
 
 from run_journal.envelope import dumps, utc_now
 from run_journal.runs import RunRow, may_replace
-from run_journal.stores.base import CorruptStoreError, RunQuery, StorageProblem, after_error
+from run_journal.stores.base import (
+    CorruptStoreError,
+    RunQuery,
+    SearchQuery,
+    StorageProblem,
+    after_error,
+    stamp,
+)
 from run_journal.stores.jsonl.files import CorruptRecordWarning, locked, write_atomic
 from run_journal.stores.jsonl.layout import Layout
 
@@ -84,10 +91,11 @@ class RunFiles:
         stored = read_run(self._layout.run_file(thread_id, run_id))
         return stored[0] if stored else None
 
-    def select(self, query: RunQuery) -> list[RunRow]:
-        """Every row of the listing read and sorted (one file per run): paged after the cursor."""
+    def placed(self, thread_id: str | None) -> list[tuple[datetime, str, RunRow]]:
+        """Every row of a thread (or of all), each with its place in the order (``started_at``, else
+        its first ``put_run``), ascending: one file read per run."""
         found: list[tuple[datetime, str, RunRow]] = []
-        for folder in self._layout.run_folders(query.thread_id):
+        for folder in self._layout.run_folders(thread_id):
             for path in folder.glob("*.json") if folder.is_dir() else ():
                 try:
                     stored = read_run(path)
@@ -98,7 +106,14 @@ class RunFiles:
                     row, first_put_at = stored
                     started = row.started_at or datetime.fromisoformat(first_put_at)
                     found.append((started, row.run_id, row))
-        found.sort(key=lambda item: item[:2], reverse=query.newest_first)
+        found.sort(key=lambda item: item[:2])
+        return found
+
+    def select(self, query: RunQuery) -> list[RunRow]:
+        """Every row of the listing read and sorted (one file per run): paged after the cursor."""
+        found = self.placed(query.thread_id)
+        if query.newest_first:
+            found.reverse()
         if query.after is not None:
             at = next((place for place, item in enumerate(found) if item[1] == query.after), None)
             if at is None:
@@ -106,6 +121,17 @@ class RunFiles:
             found = found[at + 1:]
         rows = [row for _, _, row in found if query.admits(row.thread_id, row.status, row.user_id)]
         return rows[: query.limit]
+
+    def search(self, query: SearchQuery) -> list[tuple[str, RunRow]]:
+        """A scan: every row of the store (or of the query's thread) read and filtered, newest first."""
+        matches: list[tuple[str, RunRow]] = []
+        for started, _, row in reversed(self.placed(query.thread_id)):
+            place = stamp(started)
+            if query.admits(row, place):
+                matches.append((place, row))
+                if len(matches) == query.limit:
+                    break
+        return matches
 
     def drop_thread(self, thread_id: str) -> None:
         """Remove every run of the thread (the caller holds the thread's lock)."""

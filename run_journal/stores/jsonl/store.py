@@ -28,6 +28,7 @@ from run_journal.stores.base import (
     RecentThreadQuery,
     RunEventStore,
     RunQuery,
+    SearchQuery,
     StartQuery,
     StorageProblem,
     ThreadActivity,
@@ -271,6 +272,9 @@ class JsonlRunEventStore(RunEventStore):
 
     async def _select_runs(self, query: RunQuery) -> list[RunRow]:
         return await self._run(self._runs.select, query)
+
+    async def _search_runs(self, query: SearchQuery) -> list[tuple[str, RunRow]]:
+        return await self._run(self._runs.search, query)
 
     async def _select_starts_without_row(self, query: StartQuery) -> list[RunEvent]:
         return await self._run(self._starts.without_row, query, self._has_row)

@@ -17,7 +17,10 @@ data) and ``B bodyix`` (lexical set of its digests, for pages by digest; layout 
 ``P u/<user>/threads`` (lexical sets), ``P recent`` and ``P u/<user>/recent`` (lexical sets of
 ``<stamp>/<thread>``: the created_at of the thread's, or the user's, newest event there, so a reverse
 lexical range is the activity order), ``P run/<run>`` (run row hash), ``P runs`` (as ``B runs``),
-``P st/<status>`` (the runs of one status, scored as ``P runs``),
+``P st/<status>`` (the runs of one status, scored as ``P runs``), search sets scored as ``P runs``
+(layout 5): ``P x/<tag>`` (the runs of a search tag: ``model:<name>``, ``tool:<name>``,
+``caller:<name>``), ``P u/<user>/runs`` (a user's runs), ``P err`` (runs with an error), each run
+hash's ``search`` field naming the sets it is in,
 ``P start/<run>`` (``<thread>\n<event_id>`` of the run's ``run.start``: the run id is taken while
 that event is stored), ``P starts`` (lexical set of run ids that have a ``run.start`` and no row yet).
 Channel ``B new`` carries the last seq after each append.
@@ -74,6 +77,23 @@ local function replace(S, A, I, B, T)
   place(S, A, record and (record_stamp(record) .. '/' .. T) or nil)
 end
 
+-- The search sets a run row is in (P .. each key of its 'search' field, NUL-separated).
+local function search_keys(text)
+  local keys = {}
+  if text then
+    for key in string.gmatch(text, '[^%z]+') do keys[#keys + 1] = key end
+  end
+  return keys
+end
+
+-- Remove a run row and its every index entry (the thread's own set of runs aside).
+local function drop_row(P, run, status, search)
+  redis.call('UNLINK', P .. 'run/' .. run)
+  redis.call('ZREM', P .. 'runs', run)
+  redis.call('ZREM', P .. 'st/' .. status, run)
+  for _, key in ipairs(search_keys(search)) do redis.call('ZREM', P .. key, run) end
+end
+
 local function unlink_all(keys)
   for i = 1, #keys, 500 do
     redis.call('UNLINK', unpack(keys, i, math.min(i + 499, #keys)))
@@ -91,12 +111,9 @@ local function drop_thread(P, T, B, with_runs)
   place(P .. 'recent', B .. 'at', nil)
   if with_runs then
     for _, run in ipairs(redis.call('ZRANGE', B .. 'runs', 0, -1)) do
-      local owner, status = unpack(redis.call('HMGET', P .. 'run/' .. run, 'thread_id', 'status'))
-      if owner == T then
-        redis.call('UNLINK', P .. 'run/' .. run)
-        redis.call('ZREM', P .. 'runs', run)
-        redis.call('ZREM', P .. 'st/' .. status, run)
-      end
+      local owner, status, search = unpack(redis.call('HMGET', P .. 'run/' .. run, 'thread_id', 'status',
+                                                      'search'))
+      if owner == T then drop_row(P, run, status, search) end
     end
   end
   local dynamic = redis.call('SMEMBERS', B .. 'keys')
@@ -310,29 +327,40 @@ end
 return drop_thread(P, T, B, true)
 """
 
-PUT_RUN: Final = """
+PUT_RUN: Final = _FIXED_KEYS + """
 -- ARGV: prefix, run_id, thread_id, status, row JSON, ttl_seconds, started_at (epoch microseconds
--- or ''), now (epoch microseconds), terminal statuses...
+-- or ''), now (epoch microseconds), search keys (NUL-separated, under the prefix), terminal
+-- statuses...
 -- Refused (nothing written): a run of another thread returns {'thread', owner}; a stored terminal
 -- status only accepts the same status and returns the stored row JSON otherwise.
--- Sort score (list_runs): started_at, else the time of the first put_run; equal scores sort by run id.
+-- Sort score (list_runs, search_runs): started_at, else the time of the first put_run; equal scores
+-- sort by run id. The row joins the search sets its keys name and leaves those it left.
 local P, run, T, status, row, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 local key = P .. 'run/' .. run
-local current = redis.call('HMGET', key, 'status', 'thread_id', 'first_put', 'row')
+local current = redis.call('HMGET', key, 'status', 'thread_id', 'first_put', 'row', 'search')
 if current[2] and current[2] ~= T then return {'thread', current[2]} end
 if current[1] and current[1] ~= status then
-  for i = 9, #ARGV do
+  for i = 10, #ARGV do
     if ARGV[i] == current[1] then return current[4] end
   end
 end
 local first_put = current[3] or ARGV[8]
 local score = first_put
 if ARGV[7] ~= '' then score = ARGV[7] end
-redis.call('HSET', key, 'status', status, 'thread_id', T, 'first_put', first_put, 'row', row)
+redis.call('HSET', key, 'status', status, 'thread_id', T, 'first_put', first_put, 'row', row,
+           'search', ARGV[9])
 redis.call('ZADD', P .. 't/' .. T .. '/runs', score, run)
 redis.call('ZADD', P .. 'runs', score, run)
 if current[1] and current[1] ~= status then redis.call('ZREM', P .. 'st/' .. current[1], run) end
 redis.call('ZADD', P .. 'st/' .. status, score, run)
+local kept = {}
+for _, name in ipairs(search_keys(ARGV[9])) do
+  kept[name] = true
+  redis.call('ZADD', P .. name, score, run)
+end
+for _, name in ipairs(search_keys(current[5])) do
+  if not kept[name] then redis.call('ZREM', P .. name, run) end
+end
 redis.call('ZREM', P .. 'starts', run)
 if ttl > 0 then
   redis.call('EXPIRE', key, ttl)
@@ -393,12 +421,10 @@ for user in pairs(users) do
 end
 if #seqs > 0 then replace(P .. 'recent', B .. 'at', B .. 'all', B, T) end
 if redis.call('EXISTS', B .. 'all') == 0 then redis.call('ZREM', P .. 'threads', T) end
-local owner, status = unpack(redis.call('HMGET', P .. 'run/' .. run, 'thread_id', 'status'))
+local owner, status, search = unpack(redis.call('HMGET', P .. 'run/' .. run, 'thread_id', 'status', 'search'))
 if #seqs < limit and owner == T then
-  redis.call('UNLINK', P .. 'run/' .. run)
-  redis.call('ZREM', P .. 'runs', run)
+  drop_row(P, run, status, search)
   redis.call('ZREM', B .. 'runs', run)
-  redis.call('ZREM', P .. 'st/' .. status, run)
 end
 return #seqs
 """
@@ -429,5 +455,17 @@ for i = 2, #ARGV do
   local score = redis.call('ZSCORE', P .. 'runs', run)
   if status and score then redis.call('ZADD', P .. 'st/' .. status, score, run) end
 end
+return 1
+"""
+
+INDEX_RUN_SEARCH: Final = """
+-- ARGV: prefix, run_id, search keys (NUL-separated). The upgrade of a prefix written before the
+-- search sets: the run joins them, scored as in ``P runs``, unless a writer indexed it already.
+local P, run = ARGV[1], ARGV[2]
+local key = P .. 'run/' .. run
+local score = redis.call('ZSCORE', P .. 'runs', run)
+if redis.call('HEXISTS', key, 'search') == 1 or redis.call('EXISTS', key) == 0 or not score then return 0 end
+redis.call('HSET', key, 'search', ARGV[3])
+for name in string.gmatch(ARGV[3], '[^%z]+') do redis.call('ZADD', P .. name, score, run) end
 return 1
 """

@@ -27,7 +27,7 @@ import dataclasses
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -35,7 +35,7 @@ import redis.asyncio as aioredis
 
 from run_journal.bodies import Body
 from run_journal.envelope import NewEvent, RunEvent, utc_now
-from run_journal.runs import TERMINAL_STATUSES, RunRow
+from run_journal.runs import TERMINAL_STATUSES, RunRow, stored_row
 from run_journal.stores.base import (
     CONTRACT_MAJOR,
     CONTRACT_VERSION,
@@ -46,6 +46,7 @@ from run_journal.stores.base import (
     RunEventStore,
     RunIdTakenError,
     RunQuery,
+    SearchQuery,
     StartQuery,
     ThreadActivity,
     ThreadQuery,
@@ -65,15 +66,16 @@ from run_journal.stores.redis.records import (
     task_key,
     text,
 )
+from run_journal.stores.redis.search import SEPARATOR, micros, search, search_keys
 
 DEFAULT_PREFIX: Final = "run_journal:"
 MAX_CONNECTIONS: Final = 10
 """Connections of a store's pool by default (a blocking pool: a call waits for a free one)."""
 CONNECTION_WAIT: Final = 30.0
-LAYOUT_VERSION: Final = 4
+LAYOUT_VERSION: Final = 5
 """The key layout of a prefix (``P layout``): 2 added the activity order (``P recent``), 3 the runs
 by status (``P st/<status>``), 4 the bodies of each thread (``B bodies``, ``B bodyix``; an older
-prefix has none, so it needs no upgrade step)."""
+prefix has none, so it needs no upgrade step), 5 the search sets (``stores/redis/search.py``)."""
 FOLLOW_FALLBACK_SECONDS: Final = 5.0
 """A follower re-reads at least this often even without a notification (a lost publish, a restart)."""
 
@@ -130,6 +132,7 @@ class RedisRunEventStore(RunEventStore):
         self._delete_run_script = register(header("#!lua flags=allow-oom") + scripts.DELETE_RUN_STEP)
         self._place_thread_script = register(header("#!lua") + scripts.PLACE_THREAD)
         self._index_statuses_script = register(header("#!lua") + scripts.INDEX_RUN_STATUSES)
+        self._index_search_script = register(header("#!lua") + scripts.INDEX_RUN_SEARCH)
         self._put_bodies_script = register(header("#!lua") + scripts.PUT_BODIES)
         self._list_bodies_script = register(header("#!lua flags=no-writes") + scripts.LIST_BODIES)
         self._drop_bodies_script = register(header("#!lua flags=allow-oom") + scripts.DROP_BODIES)
@@ -192,6 +195,8 @@ class RedisRunEventStore(RunEventStore):
             await self._place_every_thread()
         if version < 3:
             await self._index_every_run_status()
+        if version < 5:
+            await self._index_every_run_search()
         if version < LAYOUT_VERSION or fresh:
             await self._client.set(layout, LAYOUT_VERSION)
 
@@ -202,6 +207,23 @@ class RedisRunEventStore(RunEventStore):
         while run_ids := [text(run_id) for run_id in cast("list[bytes | str]", await self._client.zrange(
                 self._prefix + "runs", start, start + 499))]:  # members only: no scores
             await self._index_statuses_script(args=[self._prefix, *run_ids])
+            start += len(run_ids)
+
+    async def _index_every_run_search(self) -> None:
+        """The upgrade of a prefix written before the search sets (layout 5): every run joins the
+        sets of what its row holds. Idempotent; a run a writer indexed meanwhile is left alone."""
+        start = 0
+        while run_ids := [text(run_id) for run_id in cast("list[bytes | str]", await self._client.zrange(
+                self._prefix + "runs", start, start + 499))]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for run_id in run_ids:
+                    pipe.hget(f"{self._prefix}run/{run_id}", "row")
+                rows = await pipe.execute()
+            calls: list[ScriptCall] = [(self._index_search_script, [],
+                      [self._prefix, run_id, SEPARATOR.join(search_keys(RunRow.from_dict(json.loads(raw))))])
+                     for run_id, raw in zip(run_ids, rows, strict=True) if raw is not None]
+            if calls:
+                await run_scripts(self._client, calls)
             start += len(run_ids)
 
     async def _place_every_thread(self) -> None:
@@ -346,14 +368,14 @@ class RedisRunEventStore(RunEventStore):
         args: list[str | int] = [
             self._prefix, row.run_id, row.thread_id, str(row.status), row_json,
             self._retention.ttl_seconds or 0,
-            _micros(row.started_at) if row.started_at is not None else "", _micros(utc_now()),
-            *sorted(TERMINAL_STATUSES),
+            micros(row.started_at) if row.started_at is not None else "", micros(utc_now()),
+            SEPARATOR.join(search_keys(row)), *sorted(TERMINAL_STATUSES),
         ]
         stored = await self._put_run_script(args=args)
         if isinstance(stored, list):  # ['thread', owner]: the run belongs to another thread
             owner = text(stored[1])
             raise ValueError(f"run {row.run_id!r} belongs to thread {owner!r}, not {row.thread_id!r}")
-        return RunRow.from_dict(json.loads(stored if stored is not None else row_json))
+        return stored_row(json.loads(stored if stored is not None else row_json))
 
     # -- bodies ----------------------------------------------------------------------------------
     async def _put_bodies(self, bodies: Sequence[Body]) -> None:
@@ -503,7 +525,7 @@ class RedisRunEventStore(RunEventStore):
     # -- runs ------------------------------------------------------------------------------------
     async def _get_run(self, run_id: str) -> RunRow | None:
         stored = await self._client.hget(f"{self._prefix}run/{run_id}", "row")
-        return RunRow.from_dict(json.loads(stored)) if stored is not None else None
+        return stored_row(json.loads(stored)) if stored is not None else None
 
     async def _select_runs(self, query: RunQuery) -> list[RunRow]:
         """A range of ``B runs`` (or ``P runs``) by rank, from the cursor's rank, in chunks until the
@@ -534,7 +556,7 @@ class RedisRunEventStore(RunEventStore):
             expired = [run_id for run_id, row in zip(run_ids, rows, strict=True) if row is None]
             if expired:
                 await self._client.zrem(index, *expired)
-            for row in (RunRow.from_dict(json.loads(raw)) for raw in rows if raw is not None):
+            for row in (stored_row(json.loads(raw)) for raw in rows if raw is not None):
                 if query.admits(row.thread_id, row.status, row.user_id):
                     found.append(row)
             start += len(run_ids) - len(expired)
@@ -563,9 +585,12 @@ class RedisRunEventStore(RunEventStore):
             for run_id in run_ids:
                 pipe.hget(f"{self._prefix}run/{run_id}", "row")
             rows = await pipe.execute()
-        found = [row for row in (RunRow.from_dict(json.loads(raw)) for raw in rows if raw is not None)
+        found = [row for row in (stored_row(json.loads(raw)) for raw in rows if raw is not None)
                  if query.admits(row.thread_id, row.status, row.user_id)]
         return found if query.limit is None else found[: query.limit]
+
+    async def _search_runs(self, query: SearchQuery) -> list[tuple[str, RunRow]]:
+        return await search(self._client, self._prefix, query)
 
     async def _count_runs(self, query: RunQuery) -> int:
         if query.statuses is None and query.user_id is None and self._retention.ttl_seconds is None:
@@ -627,12 +652,3 @@ def _indexes(query: EventQuery) -> list[str]:
     if query.run_id is not None:
         return [f"r/{query.run_id}/all"]
     return [f"u/{query.user_id}/all" if query.user_id is not None else "all"]
-
-
-def _micros(moment: datetime) -> int:
-    """A sort score: whole microseconds since the epoch (exact in a double until year 2255)."""
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
