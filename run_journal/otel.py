@@ -14,9 +14,15 @@ Needs the ``otel`` extra (``pip install 'run-journal[otel]'``: ``opentelemetry-s
   ``tool_call_id``), an error status for a failed or missing outcome;
 - one ``invoke_agent`` span per subagent task (``subagent.start`` .. ``subagent.end`` by
   ``task_id``), its steps as span events, under the tool call that started it;
-- one span per middleware hook event (``middleware:<tag>``), holding the model calls its hook made.
+- one span per middleware hook event (``middleware:<tag>``), holding the model calls its hook made;
+- one ``invoke_agent`` span per turn of a named agent (``agent:<name>``: a supervisor's worker, a
+  swarm's agent), from the ``agent.handoff`` that gave it the turn (or its first call) to the one that
+  took it away; each handoff is also an ``agent.handoff`` event of the run's span.
 
-A model or tool span belongs to the span of its caller: ``subagent:<name>`` to that subagent's task,
+Every span names its caller the way the journal does (``run_journal.caller``: ``lead_agent``,
+``agent:<name>``, ``subagent:<name>``, ``middleware:<tag>``), and an agent's span also carries
+``gen_ai.agent.name`` (the name without its prefix). A model or tool span belongs to the span of its
+caller: ``subagent:<name>`` to that subagent's task, ``agent:<name>`` to that agent's turn,
 ``middleware:<tag>`` to the hook event that follows it, anything else to the run. Trace and span ids
 are derived from the run id and event ids (sha256), so exporting a run twice gives the same trace, and
 a resumed run links to its origin's root span without reading it. No message text is exported:
@@ -50,7 +56,7 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError("run_journal.otel needs the otel extra: pip install 'run-journal[otel]'") from error
 
-from run_journal.catalog import LEAD_AGENT, TERMINAL_RUN_EVENTS
+from run_journal.catalog import AGENT_PREFIX, LEAD_AGENT, SUBAGENT_PREFIX, TERMINAL_RUN_EVENTS
 from run_journal.runs import RunRow, status_of
 
 if TYPE_CHECKING:
@@ -149,6 +155,10 @@ class _Planner:
         """(seq, caller, span) of every middleware hook event, in seq order."""
         self.task_ends: dict[int, int] = {}
         """The seq of each task span's ``subagent.end`` (by ``id`` of the span)."""
+        self.turns: list[tuple[str, Planned]] = []
+        """(caller, span) of every named agent's turn, in seq order."""
+        self.turn_ends: dict[int, int] = {}
+        """The seq of the handoff that ended each turn (by ``id`` of the span)."""
 
     def plan(self) -> list[Planned]:
         events, row = self.events, self.row
@@ -240,15 +250,55 @@ class _Planner:
                 ended = self.task_ends.get(id(task), seq)
                 if task.attributes.get("gen_ai.agent.name") == name and task.seq <= seq <= ended:
                     return task
+        if caller.startswith(AGENT_PREFIX):
+            for who, turn in reversed(self.turns):
+                if who == caller and turn.seq <= seq <= self.turn_ends.get(id(turn), seq):
+                    return turn
         if caller.startswith("middleware:"):
             for hook_seq, who, span in self.hooks:
                 if who == caller and hook_seq > seq:
                     return span
         return self.root
 
+    # -- named agents --------------------------------------------------------------------------------
+    def _turn(self, caller: str, event: RunEvent, came_from: str | None, call_id: str | None) -> Planned:
+        name = caller.removeprefix(AGENT_PREFIX)
+        span = self._span(f"turn:{event.event_id}", f"invoke_agent {name}", event.created_at,
+                          event.created_at, None, event.seq,
+                          **{"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name,
+                             "run_journal.caller": caller, "run_journal.handoff.from": came_from,
+                             "gen_ai.tool.call.id": call_id})
+        self.turns.append((caller, span))
+        return span
+
+    def _open_turn(self, caller: str, event: RunEvent) -> None:
+        """A named agent's call outside any turn of it (its first turn, with no handoff before it)
+        opens one."""
+        if not caller.startswith(AGENT_PREFIX):
+            return
+        if any(who == caller and id(turn) not in self.turn_ends for who, turn in self.turns):
+            return
+        self._turn(caller, event, None, None)
+
+    def _handoff(self, event: RunEvent) -> None:
+        body = _dict(event.content)
+        came_from, to = _text(body.get("from_agent")), _text(body.get("to_agent"))
+        call_id = _text(body.get("tool_call_id"))
+        self.root.events.append(("agent.handoff", event.created_at, _clean({
+            "run_journal.handoff.from": came_from, "run_journal.handoff.to": to,
+            "gen_ai.tool.call.id": call_id})))
+        for who, turn in self.turns:
+            if who == came_from and id(turn) not in self.turn_ends:
+                turn.end = max(turn.end, event.created_at)
+                self.turn_ends[id(turn)] = event.seq
+        if to is not None and to.startswith(AGENT_PREFIX):
+            self._turn(to, event, came_from, call_id)
+
     # -- model calls ---------------------------------------------------------------------------------
     def _model_call(self, event: RunEvent) -> None:
         meta = _dict(event.metadata)
+        caller = _text(meta.get("caller")) or LEAD
+        self._open_turn(caller, event)
         model = _text(meta.get("model_name"))
         latency = _int(meta.get("latency_ms"))
         end = event.created_at
@@ -257,7 +307,7 @@ class _Planner:
         span = self._span(event.event_id, f"chat {model}" if model else "chat", start, end, None, event.seq,
                           **{"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
                              "gen_ai.response.model": model if answered else None,
-                             "run_journal.caller": _text(meta.get("caller")) or LEAD,
+                             "run_journal.caller": caller, "gen_ai.agent.name": _agent_name(caller),
                              "run_journal.llm_call_index": _int(meta.get("llm_call_index")),
                              "run_journal.event_id": event.event_id})
         if answered:
@@ -283,11 +333,13 @@ class _Planner:
         if call_id is None or call_id in self.tools:
             return
         name = _text(body.get("tool_name")) or "tool"
+        caller = _text(_dict(event.metadata).get("caller")) or LEAD
+        self._open_turn(caller, event)
         self.tools[call_id] = self._span(
             f"tool:{call_id}", f"execute_tool {name}", event.created_at, self.end, None, event.seq,
             **{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
                "gen_ai.tool.call.id": call_id, "gen_ai.tool.type": "function",
-               "run_journal.caller": _text(_dict(event.metadata).get("caller")) or LEAD,
+               "run_journal.caller": caller, "gen_ai.agent.name": _agent_name(caller),
                "run_journal.tool.outcome": "none"})
 
     def _tool_outcome(self, event: RunEvent) -> None:
@@ -329,6 +381,7 @@ class _Planner:
         self.tasks[task_id] = self._span(
             f"task:{task_id}", f"invoke_agent {name}", event.created_at, self.end, None, event.seq,
             **{"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name,
+               "run_journal.caller": f"{SUBAGENT_PREFIX}{name}",
                "run_journal.task_id": task_id, "run_journal.subagent.status": "running"})
 
     def _task_step(self, event: RunEvent) -> None:
@@ -385,7 +438,9 @@ class _Planner:
             if span is self.root:
                 continue
             key = span.key or ""
-            if key.startswith("task:"):
+            if key.startswith("turn:"):
+                span.parent = self.root
+            elif key.startswith("task:"):
                 tool = self.tools.get(key.removeprefix("task:"))
                 span.parent = tool if tool is not None else self.root
             elif "run_journal.middleware.tag" in span.attributes:
@@ -395,6 +450,17 @@ class _Planner:
                 span.parent = self._container(str(span.attributes.get("run_journal.caller", LEAD)), span.seq)
                 if "run_journal.middleware.tag" in span.parent.attributes and span.start < span.parent.start:
                     span.parent.start = span.start
+                if (span.parent.key or "").startswith("turn:"):  # a turn holds its agent's calls
+                    span.parent.start = min(span.parent.start, span.start)
+                    span.parent.end = max(span.parent.end, span.end)
+
+
+def _agent_name(caller: str) -> str | None:
+    """The agent's own name for ``gen_ai.agent.name`` (a named agent or a subagent), else None."""
+    for prefix in (AGENT_PREFIX, SUBAGENT_PREFIX):
+        if caller.startswith(prefix):
+            return caller.removeprefix(prefix) or None
+    return None
 
 
 def _interrupts(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -412,6 +478,7 @@ _HANDLERS: Final = {
     "subagent.start": _Planner._task_start,
     "subagent.step": _Planner._task_step,
     "subagent.end": _Planner._task_end,
+    "agent.handoff": _Planner._handoff,
     "context:memory": _Planner._context_event,
     "workspace_changes": _Planner._context_event,
 }

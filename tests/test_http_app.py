@@ -39,6 +39,8 @@ ENDPOINTS = {
     "/api/threads/{thread_id}/runs/{run_id}/workspace-changes",
     "/api/threads/{thread_id}/token-usage",
     "/api/threads/{thread_id}/events/stream",
+    "/api/threads/{thread_id}/compare",
+    "/api/threads/{thread_id}/runs/{run_id}/calls",
     "/api/threads/{thread_id}/runs/{run_id}/feedback",
 }
 

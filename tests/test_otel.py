@@ -70,6 +70,12 @@ def add(a: int, b: int) -> int:
 
 
 @tool
+def web_search(query: str) -> str:
+    """Search the web."""
+    return f"results for {query}"
+
+
+@tool
 def explode(reason: str) -> str:
     """Always fails."""
     raise RuntimeError(f"tool failed: {reason}")
@@ -321,18 +327,95 @@ async def test_a_subagent_task_is_an_invoke_agent_span_under_its_task_tool_call(
     assert parent_of(task_tool, spans) is root
     assert parent_of(task, spans) is task_tool
     assert has(task, gen_ai__operation__name="invoke_agent", gen_ai__agent__name="researcher",
-               run_journal__task_id="task-1", run_journal__subagent__status="completed")
+               run_journal__task_id="task-1", run_journal__subagent__status="completed",
+               run_journal__caller="subagent:researcher")
     steps = [dict(event.attributes or {}) for event in task.events if event.name == "subagent.step"]
     assert [(step["run_journal.message_index"], step["run_journal.kind"]) for step in steps] == [
         (0, "ai"), (1, "tool"), (2, "ai")]
     assert steps[0]["run_journal.tool_calls"] == ("add",)
     assert steps[1]["gen_ai.tool.name"] == "add"
-    inner = [span for span in spans if attrs(span).get("run_journal.caller") == "subagent:researcher"]
+    inner = [span for span in spans
+             if attrs(span).get("run_journal.caller") == "subagent:researcher" and span is not task]
+    assert all(attrs(span)["gen_ai.agent.name"] == "researcher" for span in inner)
     assert sorted(span.name for span in inner) == ["chat gpt-4o-mini", "chat gpt-4o-mini", "execute_tool add"]
     assert all(parent_of(span, spans) is task for span in inner)
     lead = [span for span in names["chat gpt-4o-mini"] if attrs(span)["run_journal.caller"] == "lead_agent"]
     assert len(lead) == 2
     assert all(parent_of(span, spans) is root for span in lead)
+
+
+async def test_a_supervisors_workers_are_agent_spans_named_like_the_journal_names_them(
+    store: RunEventStore,
+) -> None:
+    from langgraph_supervisor import create_supervisor
+
+    research = create_agent(ToolModel(messages=iter([calls("web_search", "r1", query="headcount"),
+                                                     said("about 1.9M")])),
+                            [web_search], name="research_expert")
+    math = create_agent(ToolModel(messages=iter([calls("add", "m1", a=1, b=2), said("it is 3")])), [add],
+                        name="math_expert")
+    lead = ToolModel(messages=iter([calls("transfer_to_research_expert", "s1"),
+                                    calls("transfer_to_math_expert", "s2"), said("1.9M, and 3")]))
+    graph = create_supervisor([research, math], model=lead).compile()
+    journal = RunJournal(store, thread_id="team")
+    await graph.ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [journal]})
+    await journal.aclose()
+    spans = captured(*await recorded(store, journal))
+    root = root_of(spans)
+    names = by_name(spans)
+    (research_turn,) = names["invoke_agent research_expert"]
+    (math_turn,) = names["invoke_agent math_expert"]
+    assert parent_of(research_turn, spans) is root
+    assert has(research_turn, gen_ai__operation__name="invoke_agent", gen_ai__agent__name="research_expert",
+               run_journal__caller="agent:research_expert", run_journal__handoff__from="lead_agent",
+               gen_ai__tool__call__id="s1")
+    assert has(math_turn, run_journal__caller="agent:math_expert", gen_ai__tool__call__id="s2")
+    for turn, caller, tool_name in ((research_turn, "agent:research_expert", "web_search"),
+                                    (math_turn, "agent:math_expert", "add")):
+        inner = [span for span in spans
+                 if attrs(span).get("run_journal.caller") == caller and span is not turn]
+        assert sorted(span.name for span in inner) == ["chat gpt-4o-mini", "chat gpt-4o-mini",
+                                                       f"execute_tool {tool_name}"]
+        assert all(parent_of(span, spans) is turn for span in inner)
+        assert all(attrs(span)["gen_ai.agent.name"] == caller.removeprefix("agent:") for span in inner)
+        assert all(turn.start_time <= span.start_time and span.end_time <= turn.end_time for span in inner)
+    assert research_turn.end_time <= math_turn.start_time  # the turns follow one another
+    lead_calls = [span for span in names["chat gpt-4o-mini"]
+                  if attrs(span)["run_journal.caller"] == "lead_agent"]
+    assert len(lead_calls) == 3
+    assert all(parent_of(span, spans) is root for span in lead_calls)
+    assert all("gen_ai.agent.name" not in attrs(span) for span in lead_calls)
+    handoffs = [(e.attributes or {}) for e in root.events if e.name == "agent.handoff"]
+    assert [(h["run_journal.handoff.from"], h["run_journal.handoff.to"]) for h in handoffs] == [
+        ("lead_agent", "agent:research_expert"), ("agent:research_expert", "lead_agent"),
+        ("lead_agent", "agent:math_expert"), ("agent:math_expert", "lead_agent")]
+
+
+async def test_a_swarms_agents_each_have_their_turns(store: RunEventStore) -> None:
+    from langgraph_swarm import create_handoff_tool, create_swarm
+
+    alice = create_agent(ToolModel(messages=iter([calls("transfer_to_bob", "a1")])),
+                         [create_handoff_tool(agent_name="Bob")], name="Alice")
+    bob = create_agent(ToolModel(messages=iter([calls("add", "b1", a=1, b=2), said("Bob here: 3")])),
+                       [add, create_handoff_tool(agent_name="Alice")], name="Bob")
+    graph = create_swarm([alice, bob], default_active_agent="Alice").compile()
+    journal = RunJournal(store, thread_id="swarm")
+    await graph.ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [journal]})
+    await journal.aclose()
+    events, row = await recorded(store, journal)
+    callers = {e.metadata["caller"] for e in events if e.event_type == "llm.ai.response"}
+    spans = captured(events, row)
+    chats = [span for span in spans if span.name.startswith("chat")]
+    assert {attrs(span)["run_journal.caller"] for span in chats} == callers
+    for span in chats:
+        caller = attrs(span)["run_journal.caller"]
+        parent = parent_of(span, spans)
+        if caller.startswith("agent:"):
+            assert attrs(parent)["run_journal.caller"] == caller
+            assert parent.name == "invoke_agent " + caller.removeprefix("agent:")
+        else:
+            assert parent is root_of(spans)
+    assert "invoke_agent Bob" in by_name(spans)
 
 
 def test_the_core_package_never_imports_opentelemetry() -> None:

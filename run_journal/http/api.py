@@ -378,6 +378,16 @@ def router(
     async def token_usage(thread_id: str, user: User) -> Response:
         return json_response(await views.thread_usage(store, thread_of(thread_id), user))
 
+    @api_get("/api/threads/{thread_id}/compare", response_model=schema.Comparison,
+             dependencies=dependencies, summary="Two runs of the thread compared (compare_runs)")
+    async def compare(
+        thread_id: str, user: User,
+        a: Annotated[str, Query(description="Run A, the baseline.")],
+        b: Annotated[str, Query(description="Run B, compared with A.")],
+    ) -> Response:
+        return json_response(await views.comparison(
+            store, thread_of(thread_id), validate_id("a", a), validate_id("b", b), user))
+
     @api_get(
         "/api/threads/{thread_id}/events/stream", dependencies=dependencies,
         summary="Follow a thread live (server-sent events)",

@@ -210,6 +210,23 @@ class WorkspaceReview(BaseModel):
                     "status, additions, deletions, diff, sensitive, binary, truncated, ...).")
 
 
+class Comparison(BaseModel):
+    """``compare_runs(a, b).to_dict()``: run A against run B of one thread."""
+
+    same: bool
+    summary: str = Field(description="The first divergence in one line, or that the runs are the same.")
+    a: dict[str, Any] = Field(description="Run A: status, input, final answer, counts, tokens, cost.")
+    b: dict[str, Any]
+    divergence: dict[str, Any] | None = Field(
+        description="Where B first went differently: step, kind, caller, field, both values, seqs.")
+    steps: list[dict[str, Any]] = Field(
+        description="The aligned steps: position, kind, caller, label, index and seq in A and in B "
+                    "(null: a step only one run took), the fields that differ.")
+    differences: list[dict[str, Any]]
+    deltas: dict[str, Any] = Field(description="B minus A: model and tool calls, tokens, cost, duration.")
+    ignored: list[str]
+
+
 class Error(BaseModel):
     error: str = Field(description="bad_request, unauthorized, forbidden, not_found, not_allowed, "
                                    "unavailable or internal.")

@@ -24,10 +24,12 @@ from run_journal.envelope import JsonObject, JsonValue, RunEvent
 from run_journal.projections import latest_workspace_changes, summarize_usage, thread_history
 from run_journal.runs import RunRow, status_of
 from run_journal.stores.base import MAX_PAGE, RunEventStore
+from run_journal.trajectory import compare_runs, read_trajectory
 from run_journal.trends import usage_trend
 
 __all__ = [
     "NotFound",
+    "comparison",
     "event_page",
     "find_run",
     "give_feedback",
@@ -343,3 +345,14 @@ async def workspace_review(
     await find_run(store, thread_id, run_id, user_id)
     return await latest_workspace_changes(store, thread_id, run_id, include_files=include_files,
                                           include_diffs=include_diffs, user_id=user_id)
+
+
+async def comparison(
+    store: RunEventStore, thread_id: str, run_a: str, run_b: str, user_id: str | None
+) -> JsonObject:
+    """``compare_runs`` of two runs of one thread, each read as the caller may see it."""
+    for run_id in (run_a, run_b):
+        await find_run(store, thread_id, run_id, user_id)
+    a = await read_trajectory(store, thread_id, run_a, user_id=user_id)
+    b = await read_trajectory(store, thread_id, run_b, user_id=user_id)
+    return compare_runs(a, b).to_dict()

@@ -2,26 +2,32 @@
 
 ``record_all(url)`` fills a store with what a person would look at: a tool turn with costs, an
 interrupted and resumed run, a run with a subagent streamed through ``wrap_subagent_stream``, a run
-that changed files (``WorkspaceSnapshot`` / ``arecord_workspace_changes``) and one long run of
-10,000 events. ``live_writer.py`` is the run that is still going while the browser watches.
+that changed files (``WorkspaceSnapshot`` / ``arecord_workspace_changes``), a failed run with its
+traceback, a supervisor handing off to two named agents, scores on a run, a second run of a thread
+that goes differently, and one long run of 10,000 events. ``live_writer.py`` is the run that is
+still going while the browser watches.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, SystemMessage
 from langchain_core.tools import tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, interrupt
+from langgraph_supervisor import create_supervisor
 
 from run_journal import (
     NewEvent,
@@ -32,6 +38,7 @@ from run_journal import (
     WorkspaceSnapshot,
     arecord_workspace_changes,
     open_store,
+    record_score,
     wrap_subagent_stream,
 )
 
@@ -47,6 +54,13 @@ class ScriptedModel(GenericFakeChatModel):
         return self
 
 
+class OfferingModel(ScriptedModel):
+    """A scripted model that is sent its tools, as a provider's chat model is (so the request holds them)."""
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+        return self.bind(tools=[convert_to_openai_tool(item) for item in tools], **kwargs)
+
+
 def reply(
     text: str, *calls: tuple[str, dict[str, Any], str], tokens: tuple[int, int] = (400, 40)
 ) -> AIMessage:
@@ -60,11 +74,13 @@ def reply(
     )
 
 
-def tool_loop(script: list[AIMessage], tools: list[Any], checkpointer: Any = None) -> Any:
-    model = ScriptedModel(messages=iter(script))
+def tool_loop(script: list[AIMessage], tools: list[Any], checkpointer: Any = None,
+              system: str | None = None) -> Any:
+    model = (OfferingModel if system else ScriptedModel)(messages=iter(script)).bind_tools(tools)
+    prompt = [SystemMessage(system)] if system else []
 
     async def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [await model.ainvoke(state["messages"])]}
+        return {"messages": [await model.ainvoke([*prompt, *state["messages"]])]}
 
     builder = StateGraph(MessagesState)
     builder.add_node("agent", agent)
@@ -88,16 +104,97 @@ def refund_policy(days: int) -> str:
     return "refundable" if days <= 30 else "not refundable"
 
 
+SUPPORT_PROMPT = ("You are the order desk of a small shop.\nLook orders up before you answer, and say "
+                  "whether an order can still be returned.")
+
+
 async def tool_turn(store: RunEventStore) -> str:
     graph = tool_loop([
         reply("Let me look that up.", ("lookup_order", {"order_id": "A-1001"}, "call-1"),
               ("refund_policy", {"days": 12}, "call-2"), tokens=(1200, 40)),
         reply("Order A-1001 shipped on 2026-05-02 and arrives Friday; it is still refundable.",
               tokens=(1350, 60)),
-    ], [lookup_order, refund_policy])
+    ], [lookup_order, refund_policy], system=SUPPORT_PROMPT)
     async with RunJournal(store, thread_id="support-42", run_id="tool-turn", pricing=PRICING) as journal:
         await graph.ainvoke({"messages": [("user", "Where is order A-1001, and can I still return it?")]},
                             {"callbacks": [journal]})
+    return journal.run_id
+
+
+async def tool_turn_again(store: RunEventStore) -> str:
+    """The same question in the same thread, answered without the refund policy: the second run of
+    the thread goes differently (the compare view's pair)."""
+    graph = tool_loop([
+        reply("Let me look that up.", ("lookup_order", {"order_id": "A-1001"}, "call-1"), tokens=(1100, 30)),
+        reply("Order A-1001 shipped on 2026-05-02 and arrives Friday.", tokens=(1250, 50)),
+    ], [lookup_order, refund_policy])
+    async with RunJournal(store, thread_id="support-42", run_id="tool-turn-again",
+                          pricing=PRICING) as journal:
+        await graph.ainvoke({"messages": [("user", "Where is order A-1001, and can I still return it?")]},
+                            {"callbacks": [journal]})
+    return journal.run_id
+
+
+async def scored(store: RunEventStore, run_id: str) -> None:
+    await record_score(store, "support-42", run_id, "refund_policy_called", True, source="check",
+                       comment="refund_policy was called once")
+    await record_score(store, "support-42", run_id, "feedback", "up", source="human",
+                       comment="clear and complete")
+
+
+# -- a failed run ----------------------------------------------------------------------------------------
+class InventoryDown(RuntimeError):
+    pass
+
+
+def check_stock(sku: str) -> int:
+    raise InventoryDown(f"the inventory service refused {sku}: 503")
+
+
+async def failed(store: RunEventStore) -> str:
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        check_stock("SKU-9")
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    graph = builder.compile()
+    async with RunJournal(store, thread_id="broken-1", run_id="fails", pricing=PRICING) as journal:
+        with contextlib.suppress(InventoryDown):  # the run fails; the journal keeps its traceback
+            await graph.ainvoke({"messages": [("user", "Is SKU-9 in stock?")]}, {"callbacks": [journal]})
+    return journal.run_id
+
+
+# -- a supervisor and two named agents -------------------------------------------------------------------
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@tool
+def web_search(query: str) -> str:
+    """Search the web."""
+    return f"results for {query}"
+
+
+async def supervised(store: RunEventStore) -> str:
+    research = create_agent(
+        ScriptedModel(messages=iter([reply("", ("web_search", {"query": "FAANG headcount"}, "r1")),
+                                     reply("FAANG employs about 1.9M people")])),
+        [web_search], name="research_expert")
+    math = create_agent(
+        ScriptedModel(messages=iter([reply("", ("add", {"a": 1, "b": 2}, "m1")), reply("1 + 2 = 3")])),
+        [add], name="math_expert")
+    lead = ScriptedModel(messages=iter([
+        reply("", ("transfer_to_research_expert", {}, "s1")),
+        reply("", ("transfer_to_math_expert", {}, "s2")),
+        reply("Headcount is about 1.9M, and 1 + 2 = 3."),
+    ]))
+    graph: Any = create_supervisor([research, math], model=lead).compile()
+    async with RunJournal(store, thread_id="team-1", run_id="supervised", pricing=PRICING) as journal:
+        await graph.ainvoke({"messages": [("user", "FAANG headcount, and 1 + 2?")]}, {"callbacks": [journal]})
     return journal.run_id
 
 
@@ -270,8 +367,13 @@ async def long_run(store: RunEventStore, events: int = BIG_EVENTS) -> str:
 async def record_all(url: str, workspace: Path) -> dict[str, Any]:
     async with open_store(url) as store:
         asked, resumed = await interrupted_and_resumed(store)
+        turn = await tool_turn(store)
+        await scored(store, turn)
         return {
-            "tool_turn": await tool_turn(store),
+            "tool_turn": turn,
+            "tool_turn_again": await tool_turn_again(store),
+            "failed": await failed(store),
+            "supervised": await supervised(store),
             "interrupted": asked,
             "resumed": resumed,
             "subagent": await with_subagent(store),
