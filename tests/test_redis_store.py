@@ -334,10 +334,11 @@ async def test_the_store_holds_a_bounded_pool_and_followers_do_not_take_from_it(
     name = f"rj-pool-{uuid.uuid4().hex[:8]}"
     async with open_store(f"{url}&client_name={name}", max_connections=4) as store:
         most = 0
+        done = asyncio.Event()
 
-        async def watch() -> None:
+        async def watch() -> None:  # stops on its own: a cancel can land inside the client and be lost
             nonlocal most
-            while True:
+            while not done.is_set():
                 most = max(most, await connections_named(raw, name))
                 await asyncio.sleep(0.005)
 
@@ -346,7 +347,8 @@ async def test_the_store_holds_a_bounded_pool_and_followers_do_not_take_from_it(
             written = await asyncio.gather(*(store.put_batch([event(f"t{n}", content=i) for i in range(20)])
                                              for n in range(40)))
         finally:
-            watcher.cancel()
+            done.set()
+            await asyncio.wait_for(watcher, GUARD)
         assert [len(batch) for batch in written] == [20] * 40
         assert 1 <= most <= 4
     async with open_store(f"{url}&client_name={name}-one", max_connections=1, connection_wait=2) as store:

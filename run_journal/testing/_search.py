@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from run_journal.catalog import LEAD_AGENT
 from run_journal.runs import RunRow, RunStatus, UsageTotals
 from run_journal.stores.base import RunEventStore, stamp
 from run_journal.testing._support import StoreSuiteBase, new_event
@@ -20,7 +21,7 @@ THREADS: Final = ("t0", "t1", "t2")
 USERS: Final = (None, "alice", "bob")
 MODELS: Final = ("gpt-4o", "claude", "unknown")
 TOOLS: Final = ("search", "read_file", "web:fetch")
-CALLERS: Final = ("lead_agent", "subagent:researcher")
+CALLERS: Final = (LEAD_AGENT, "subagent:researcher")
 
 
 def at(minutes: float) -> datetime:
@@ -63,14 +64,14 @@ async def sample(store: RunEventStore) -> None:
     """Six runs: r1 oldest ... r6 newest (r0 never started)."""
     rows = [
         run_row("r1", minutes=1, status="success", user_id="alice", models=["gpt-4o"], tools=["search"],
-                callers=["lead_agent"], tokens=100, cost=0.001),
-        run_row("r2", minutes=2, status="error", user_id="bob", models=["claude"], callers=["lead_agent"],
+                callers=[LEAD_AGENT], tokens=100, cost=0.001),
+        run_row("r2", minutes=2, status="error", user_id="bob", models=["claude"], callers=[LEAD_AGENT],
                 tokens=5000, cost=0.05),
         run_row("r3", thread_id="t1", minutes=3, status="success", user_id="alice",
                 models=["gpt-4o", "claude"], tools=["read_file", "search"],
-                callers=["lead_agent", "subagent:researcher"], tokens=20000, cost=None),
+                callers=[LEAD_AGENT, "subagent:researcher"], tokens=20000, cost=None),
         run_row("r4", thread_id="t1", minutes=4, status="running", models=["gpt-4o"], llm_errors=1,
-                callers=["lead_agent"], tokens=10),
+                callers=[LEAD_AGENT], tokens=10),
         run_row("r5", minutes=5, status="interrupted", user_id="alice", tools=["web:fetch"], tool_errors=2),
         run_row("r6", thread_id="t2", minutes=6, status="cancelled", user_id="bob", tokens=0, cost=0.0),
         run_row("r0", thread_id="t2", minutes=None, status="pending"),

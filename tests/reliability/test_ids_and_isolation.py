@@ -126,6 +126,8 @@ async def test_user_id_isolation_on_every_read(store: RunEventStore) -> None:
     assert [row.run_id for row in await scoped("list_runs", "shared")] == ["run-alice"]
     assert [row.run_id for row in await scoped("list_runs", newest_first=True, limit=5)] == ["run-alice"]
     assert await scoped("count_runs") == 1
+    assert [row.run_id for row in (await scoped("search_runs")).rows] == ["run-alice"]
+    assert [row.run_id for row in (await scoped("search_runs", thread_id="shared")).rows] == ["run-alice"]
     follower = store.follow("shared", user_id="alice")
     checked.add("follow")
     followed = [await anext(follower) for _ in range(4)]
