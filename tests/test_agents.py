@@ -1,6 +1,6 @@
 """The agents people build: LangChain v1 ``create_agent`` with middleware, and deepagents' subagents.
 
-Real ``langchain`` and ``deepagents`` agents on LangChain's offline fake chat models, journaled on
+Real ``langchain`` and ``deepagents`` agents on offline scripted chat models, journaled on
 every backend. Each test checks who each model call is attributed to, the usage buckets, what
 thread history shows, the run row's last AI message, the middleware events and exactly one
 terminal event.
@@ -8,7 +8,6 @@ terminal event.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ from langchain.agents.middleware import (
     SummarizationMiddleware,
     ToolRetryMiddleware,
 )
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -31,20 +29,11 @@ from run_journal.catalog import TERMINAL_RUN_EVENTS
 from run_journal.envelope import RunEvent
 from run_journal.projections import thread_history
 from run_journal.runs import RunRow
+from run_journal.testing import ScriptedChatModel
 
 
-class ToolModel(GenericFakeChatModel):
-    """A fake chat model that accepts ``bind_tools`` (its script already holds the tool calls)."""
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
-        return self
-
-
-class BrokenModel(GenericFakeChatModel):
+class BrokenModel(ScriptedChatModel):
     """A model whose provider is down."""
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
-        return self
 
     def _generate(self, *args: Any, **kwargs: Any) -> Any:
         raise ConnectionError("provider down")
@@ -102,8 +91,8 @@ async def history_texts(store: RunEventStore, thread_id: str) -> list[tuple[str,
 
 # -- create_agent with middleware ------------------------------------------------------------------
 async def test_summarization_is_the_middlewares_own_call_not_the_assistants(store: RunEventStore) -> None:
-    summarizer = ToolModel(messages=iter([said("SUMMARY of the earlier talk", tokens=50)] * 3))
-    agent = create_agent(ToolModel(messages=iter([calls("add", "c1", a=1, b=2), said("it is 3", 20)])), [add],
+    summarizer = ScriptedChatModel([said("SUMMARY of the earlier talk", tokens=50)] * 3)
+    agent = create_agent(ScriptedChatModel([calls("add", "c1", a=1, b=2), said("it is 3", 20)]), [add],
                          middleware=[SummarizationMiddleware(model=summarizer, trigger=("messages", 4),
                                                              keep=("messages", 2))])
     journal = RunJournal(store, thread_id="summarized")
@@ -133,7 +122,7 @@ async def test_summarization_is_the_middlewares_own_call_not_the_assistants(stor
 
 
 async def test_a_model_call_limit_hook_writes_its_counters_and_its_jump(store: RunEventStore) -> None:
-    model = ToolModel(messages=iter([calls("add", f"c{n}", a=n, b=n) for n in range(5)]))
+    model = ScriptedChatModel([calls("add", f"c{n}", a=n, b=n) for n in range(5)])
     limit = ModelCallLimitMiddleware(run_limit=2, exit_behavior="end")
     agent = create_agent(model, [add], middleware=[limit])
     journal = RunJournal(store, thread_id="limited")
@@ -153,7 +142,7 @@ async def test_every_hook_can_be_journaled_even_when_it_changes_nothing(store: R
     quiet, chatty = RunJournal(store, thread_id="hooks-q"), RunJournal(store, thread_id="hooks-a",
                                                                         middleware_events="all")
     for journal in (quiet, chatty):
-        agent = create_agent(ToolModel(messages=iter([said("done")])), [],
+        agent = create_agent(ScriptedChatModel([said("done")]), [],
                              middleware=[ModelCallLimitMiddleware(run_limit=5)])
         await agent.ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
         await journal.aclose()
@@ -165,7 +154,7 @@ async def test_every_hook_can_be_journaled_even_when_it_changes_nothing(store: R
 
 
 async def test_human_in_the_loop_interrupts_then_resumes_as_a_second_run(store: RunEventStore) -> None:
-    model = ToolModel(messages=iter([calls("add", "c1", a=1, b=2), said("it is 3")]))
+    model = ScriptedChatModel([calls("add", "c1", a=1, b=2), said("it is 3")])
     agent = create_agent(model, [add], middleware=[HumanInTheLoopMiddleware(interrupt_on={"add": True})],
                          checkpointer=InMemorySaver())
     config: dict[str, Any] = {"configurable": {"thread_id": "approval"}}
@@ -191,8 +180,8 @@ async def test_human_in_the_loop_interrupts_then_resumes_as_a_second_run(store: 
 
 async def test_tool_retry_and_model_fallback_are_the_lead_agents_own_work(store: RunEventStore) -> None:
     FLAKY_CALLS.clear()
-    backup = ToolModel(messages=iter([calls("flaky_add", "c1", a=2, b=2), said("it is 4")]))
-    agent = create_agent(BrokenModel(messages=iter([])), [flaky_add], middleware=[
+    backup = ScriptedChatModel([calls("flaky_add", "c1", a=2, b=2), said("it is 4")])
+    agent = create_agent(BrokenModel([]), [flaky_add], middleware=[
         ModelFallbackMiddleware(backup),
         ToolRetryMiddleware(max_retries=2, initial_delay=0.0, jitter=False),
     ])
@@ -213,9 +202,9 @@ async def test_tool_retry_and_model_fallback_are_the_lead_agents_own_work(store:
 def deep_agent(subagents: list[tuple[str, list[AIMessage]]], lead: list[AIMessage]) -> Any:
     from deepagents import create_deep_agent
 
-    return create_deep_agent(model=ToolModel(messages=iter(lead)), tools=[add], subagents=[
+    return create_deep_agent(model=ScriptedChatModel(lead), tools=[add], subagents=[
         {"name": name, "description": f"the {name}", "system_prompt": f"You are the {name}.",
-         "tools": [add], "model": ToolModel(messages=iter(script))}
+         "tools": [add], "model": ScriptedChatModel(script)}
         for name, script in subagents
     ])
 

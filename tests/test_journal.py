@@ -20,6 +20,7 @@ from langgraph.types import Command, interrupt
 
 from run_journal import RunEvent, RunEventStore, RunJournal, status_of
 from run_journal.contract import validate_record
+from run_journal.testing import ScriptedChatModel, reply
 
 
 @pytest.fixture
@@ -46,14 +47,10 @@ def explode(reason: str) -> str:
     raise RuntimeError(f"tool failed: {reason}")
 
 
-def call(name: str, call_id: str, **args: Any) -> dict[str, Any]:
-    return {"name": name, "args": args, "id": call_id, "type": "tool_call"}
-
-
 def agent_graph(replies: list[AIMessage], tools: list[Any] | None = None, *, sync: bool = False,
                 **tool_node: Any) -> Any:
     """agent -> (tools -> agent)*: the classic tool-calling loop."""
-    model = GenericFakeChatModel(messages=iter(replies))
+    model = ScriptedChatModel(replies)
 
     async def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [await model.ainvoke(state["messages"])]}
@@ -71,7 +68,7 @@ def agent_graph(replies: list[AIMessage], tools: list[Any] | None = None, *, syn
 
 
 def turn_replies() -> list[AIMessage]:
-    return [AIMessage("adding", tool_calls=[call("add", "c1", a=1, b=2)]), AIMessage("the answer is 3")]
+    return [reply("adding", tool_calls=[("add", {"a": 1, "b": 2}, "c1")]), reply("the answer is 3")]
 
 
 def config(journal: RunJournal, thread_id: str = "t1") -> dict[str, Any]:
@@ -140,7 +137,7 @@ async def test_tool_calling_turn_exact_sequence(store: RunEventStore, no_blockin
 
 async def test_run_end_holds_only_this_runs_messages(store: RunEventStore) -> None:
     saver = InMemorySaver()
-    graph = agent_graph([*turn_replies(), AIMessage("second answer")]).compile(checkpointer=saver)
+    graph = agent_graph([*turn_replies(), reply("second answer")]).compile(checkpointer=saver)
     first = RunJournal(store)
     await graph.ainvoke({"messages": [HumanMessage("one")]}, config(first))
     await first.aclose()
@@ -232,9 +229,9 @@ async def test_cancellation_and_close_of_unfinished_run(store: RunEventStore) ->
 
 async def test_parallel_tools_and_a_raised_tool_error(store: RunEventStore, no_blocking: None) -> None:
     replies = [
-        AIMessage("", tool_calls=[call("add", "p1", a=1, b=1), call("explode", "p2", reason="x"),
-                                  call("add", "p3", a=2, b=2)]),
-        AIMessage("done"),
+        reply(tool_calls=[("add", {"a": 1, "b": 1}, "p1"), ("explode", {"reason": "x"}, "p2"),
+                          ("add", {"a": 2, "b": 2}, "p3")]),
+        reply("done"),
     ]
     journal = RunJournal(store)
     graph = agent_graph(replies, [add, explode], handle_tool_errors=True).compile()
@@ -255,7 +252,7 @@ async def test_parallel_tools_and_a_raised_tool_error(store: RunEventStore, no_b
 
 
 async def test_subgraph_and_unanswered_call_is_missing(store: RunEventStore) -> None:
-    model = GenericFakeChatModel(messages=iter([AIMessage("", tool_calls=[call("add", "m1", a=1, b=1)])]))
+    model = ScriptedChatModel([reply(tool_calls=[("add", {"a": 1, "b": 1}, "m1")])])
 
     async def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [await model.ainvoke(state["messages"])]}
@@ -289,7 +286,7 @@ class _CaptureLlmRuns(BaseCallbackHandler):
 
 
 async def test_double_llm_end_writes_one_response(store: RunEventStore) -> None:
-    model = GenericFakeChatModel(messages=iter([AIMessage("once")]))
+    model = ScriptedChatModel([reply("once")])
     capture = _CaptureLlmRuns()
     journal = RunJournal(store)
 
@@ -367,7 +364,7 @@ async def test_stream_modes_and_astream_events(store: RunEventStore) -> None:
             async for _ in graph.astream(inputs, {"callbacks": [journal]}):
                 pass
         elif mode == "astream_events":  # the fake model streams text only, so no tool call here
-            graph = agent_graph([AIMessage("streamed answer")]).compile()
+            graph = agent_graph([reply("streamed answer")]).compile()
             async for _ in graph.astream_events(inputs, {"callbacks": [journal]}, version="v2"):
                 pass
         else:  # a sync stream on the loop thread: the writer runs once the loop is free again
@@ -384,7 +381,7 @@ async def test_stream_modes_and_astream_events(store: RunEventStore) -> None:
 
 
 async def test_graph_invoked_inside_a_sync_tool(store: RunEventStore) -> None:
-    inner_model = GenericFakeChatModel(messages=iter([AIMessage("inner answer")]))
+    inner_model = ScriptedChatModel([reply("inner answer")])
 
     def inner_agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [inner_model.invoke(state["messages"])]}
@@ -400,7 +397,7 @@ async def test_graph_invoked_inside_a_sync_tool(store: RunEventStore) -> None:
         out = inner_graph.invoke({"messages": [HumanMessage(topic)]})
         return str(out["messages"][-1].content)
 
-    replies = [AIMessage("", tool_calls=[call("research", "r1", topic="x")]), AIMessage("final")]
+    replies = [reply(tool_calls=[("research", {"topic": "x"}, "r1")]), reply("final")]
     journal = RunJournal(store)
     await agent_graph(replies, [research]).compile().ainvoke({"messages": [HumanMessage("hi")]},
                                                                config(journal))

@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import HumanMessage
 from langgraph.graph import START, MessagesState, StateGraph
 
 from run_journal import AsyncRunJournal, JournalError, RunEventStore, RunJournal, status_of
 from run_journal.stores.memory import MemoryRunEventStore
+from run_journal.testing import ScriptedChatModel, reply
 
 
 def _two_step_graph() -> Any:
-    model = GenericFakeChatModel(messages=iter([AIMessage("one"), AIMessage("two")]))
+    model = ScriptedChatModel([reply("one"), reply("two")])
 
     async def first(state: MessagesState) -> dict[str, Any]:
         return {"messages": [await model.ainvoke(state["messages"])]}
@@ -80,7 +80,7 @@ async def test_a_consumer_leaving_astream_early_cancels_the_run(store: RunEventS
 
 
 def chatty_graph(calls: int) -> Any:
-    model = GenericFakeChatModel(messages=iter([AIMessage(f"reply {n}") for n in range(calls)]))
+    model = ScriptedChatModel([reply(f"reply {n}") for n in range(calls)])
 
     async def chatty(state: MessagesState) -> dict[str, Any]:
         replies = [await model.ainvoke(f"question {n}") for n in range(calls)]

@@ -212,20 +212,18 @@ def test_a_tool_call_is_previewed_alike_by_the_journal_and_the_subagent_mapper(a
 
 
 async def test_a_journaled_run_flags_what_it_cut() -> None:
-    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.tools import tool
     from langgraph.graph import START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
-    from run_journal import RunJournal, open_store
+    from run_journal.testing import ScriptedChatModel, capture_run, reply
 
     @tool
     def fail(n: int) -> str:
         """Fails with a long message."""
         raise ValueError("x" * 5000)
 
-    model = GenericFakeChatModel(messages=iter([
-        AIMessage("", tool_calls=[{"name": "fail", "args": {"n": 1}, "id": "c1"}]), AIMessage("ok")]))
+    model = ScriptedChatModel([reply(tool_calls=[("fail", {"n": 1}, "c1")]), reply("ok")])
 
     async def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [await model.ainvoke(state["messages"])]}
@@ -237,11 +235,9 @@ async def test_a_journaled_run_flags_what_it_cut() -> None:
     builder.add_conditional_edges("agent", tools_condition)
     builder.add_edge("tools", "agent")
     question = "q" * 600
-    async with open_store("memory://") as store:
-        async with RunJournal(store, thread_id="cut") as journal:
-            await builder.compile().ainvoke({"messages": [HumanMessage(question)]},
-                                            config={"callbacks": [journal]})
-        events = {e.event_type: e.content for e in await store.list_events("cut")}
+    async with capture_run(thread_id="cut") as run:
+        await builder.compile().ainvoke({"messages": [HumanMessage(question)]}, config=run.config)
+    events = {e.event_type: e.content for e in run.events}
     start, outcome = events["run.start"], events["tool.outcome"]
     assert isinstance(start, dict)
     assert isinstance(outcome, dict)

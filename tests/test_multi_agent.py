@@ -10,11 +10,9 @@ leaves out the routing. A plain graph whose nodes call models keeps one caller.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 from langchain.agents import create_agent
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
@@ -24,27 +22,11 @@ from langgraph_swarm import create_handoff_tool, create_swarm
 from run_journal import RunEventStore, RunJournal
 from run_journal.envelope import RunEvent
 from run_journal.projections import thread_history
+from run_journal.testing import ScriptedChatModel, reply
 
 
-class ScriptedModel(GenericFakeChatModel):
-    """A fake chat model that accepts ``bind_tools`` (its script already holds the tool calls)."""
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
-        return self
-
-
-def reply(text: str = "", *calls: tuple[str, dict[str, Any], str], tokens: int = 10) -> AIMessage:
-    return AIMessage(
-        content=text,
-        tool_calls=[{"name": name, "args": args, "id": call_id, "type": "tool_call"}
-                    for name, args, call_id in calls],
-        usage_metadata={"input_tokens": tokens, "output_tokens": 2, "total_tokens": tokens + 2},
-        response_metadata={"model_name": "fake-gpt"},
-    )
-
-
-def model(*replies: AIMessage) -> ScriptedModel:
-    return ScriptedModel(messages=iter(replies))
+def model(*replies: AIMessage) -> ScriptedChatModel:
+    return ScriptedChatModel(replies)
 
 
 @tool
@@ -60,23 +42,23 @@ def web_search(query: str) -> str:
 
 
 def supervisor_graph() -> Any:
-    research = create_agent(model(reply("", ("web_search", {"query": "FAANG headcount"}, "r1")),
+    research = create_agent(model(reply(tool_calls=[("web_search", {"query": "FAANG headcount"}, "r1")]),
                                   reply("FAANG employs about 1.9M people")),
                             [web_search], name="research_expert")
-    math = create_agent(model(reply("", ("add", {"a": 1, "b": 2}, "m1")), reply("1 + 2 = 3")),
+    math = create_agent(model(reply(tool_calls=[("add", {"a": 1, "b": 2}, "m1")]), reply("1 + 2 = 3")),
                         [add], name="math_expert")
     supervisor = model(
-        reply("", ("transfer_to_research_expert", {}, "s1")),
-        reply("", ("transfer_to_math_expert", {}, "s2")),
+        reply(tool_calls=[("transfer_to_research_expert", {}, "s1")]),
+        reply(tool_calls=[("transfer_to_math_expert", {}, "s2")]),
         reply("Headcount is about 1.9M, and 1 + 2 = 3."),
     )
     return create_supervisor([research, math], model=supervisor).compile()
 
 
 def swarm_graph() -> Any:
-    alice = create_agent(model(reply("", ("transfer_to_bob", {}, "a1"))),
+    alice = create_agent(model(reply(tool_calls=[("transfer_to_bob", {}, "a1")])),
                          [create_handoff_tool(agent_name="Bob")], name="Alice")
-    bob = create_agent(model(reply("", ("add", {"a": 1, "b": 2}, "b1")), reply("Bob here: it is 3")),
+    bob = create_agent(model(reply(tool_calls=[("add", {"a": 1, "b": 2}, "b1")]), reply("Bob here: it is 3")),
                        [add, create_handoff_tool(agent_name="Alice")], name="Bob")
     return create_swarm([alice, bob], default_active_agent="Alice").compile()
 
@@ -162,7 +144,7 @@ async def test_a_plain_graph_of_model_nodes_keeps_one_caller_unless_a_node_is_a_
 ) -> None:
     planner = model(reply("plan: add them"))
     writer = model(reply("the answer is 3"))
-    helper = create_agent(model(reply("", ("add", {"a": 1, "b": 2}, "h1")), reply("3")), [add],
+    helper = create_agent(model(reply(tool_calls=[("add", {"a": 1, "b": 2}, "h1")]), reply("3")), [add],
                           name="calculator")
 
     async def plan(state: MessagesState) -> dict[str, Any]:

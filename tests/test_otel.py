@@ -10,14 +10,13 @@ import http.server
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware, SummarizationMiddleware
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -32,20 +31,14 @@ from opentelemetry.trace import StatusCode
 
 from run_journal import RunEvent, RunEventStore, RunJournal, RunRow, open_store
 from run_journal.otel import OtlpExporter, emit_spans, span_id_of, spans_of, trace_id_of
+from run_journal.testing import CapturedRun, ScriptedChatModel, capture_run
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_JOURNAL = str(Path(sys.executable).with_name("run-journal"))
 
 
 # -- agents ------------------------------------------------------------------------------------------
-class ToolModel(GenericFakeChatModel):
-    """A fake chat model that accepts ``bind_tools`` (its script already holds the tool calls)."""
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
-        return self
-
-
-class BrokenModel(ToolModel):
+class BrokenModel(ScriptedChatModel):
     def _generate(self, *args: Any, **kwargs: Any) -> Any:
         raise ConnectionError("provider down")
 
@@ -82,7 +75,7 @@ def explode(reason: str) -> str:
 
 
 def tool_loop(replies: list[AIMessage], tools: list[Any], model: Any = None) -> Any:
-    chat = model or ToolModel(messages=iter(replies))
+    chat = model or ScriptedChatModel(replies)
 
     async def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [await chat.ainvoke(state["messages"])]}
@@ -96,7 +89,12 @@ def tool_loop(replies: list[AIMessage], tools: list[Any], model: Any = None) -> 
     return graph.compile()
 
 
-async def recorded(store: RunEventStore, journal: RunJournal) -> tuple[list[RunEvent], RunRow]:
+def recorded(run: CapturedRun) -> tuple[list[RunEvent], RunRow]:
+    assert run.row is not None
+    return run.events, run.row
+
+
+async def recorded_in(store: RunEventStore, journal: RunJournal) -> tuple[list[RunEvent], RunRow]:
     assert journal.thread_id is not None
     events = await store.list_events(journal.thread_id, journal.run_id, limit=10_000)
     row = await store.get_run(journal.run_id)
@@ -149,12 +147,12 @@ async def store() -> Any:
 
 
 # -- span trees --------------------------------------------------------------------------------------
-async def test_a_tool_turn_is_a_root_with_chat_and_execute_tool_spans(store: RunEventStore) -> None:
-    journal = RunJournal(store, thread_id="turn")
+async def test_a_tool_turn_is_a_root_with_chat_and_execute_tool_spans() -> None:
     graph = tool_loop([calls("add", "c1", tokens=100, a=1, b=2), said("it is 3", tokens=120)], [add])
-    await graph.ainvoke({"messages": [HumanMessage("what is 1+2")]}, {"callbacks": [journal]})
-    await journal.aclose()
-    events, row = await recorded(store, journal)
+    async with capture_run(thread_id="turn") as run:
+        await graph.ainvoke({"messages": [HumanMessage("what is 1+2")]}, run.config)
+    events, row = recorded(run)
+    run_id = row.run_id
     spans = captured(events, row)
     root = root_of(spans)
     names = by_name(spans)
@@ -162,7 +160,7 @@ async def test_a_tool_turn_is_a_root_with_chat_and_execute_tool_spans(store: Run
     assert len(names["chat gpt-4o-mini"]) == 2
     assert all(parent_of(span, spans) is root for span in spans if span is not root)
     assert has(root, gen_ai__operation__name="invoke_agent", gen_ai__agent__name="LangGraph",
-               gen_ai__conversation__id="turn", run_journal__run_id=journal.run_id,
+               gen_ai__conversation__id="turn", run_journal__run_id=run_id,
                run_journal__status="success", gen_ai__usage__input_tokens=220, gen_ai__usage__output_tokens=4)
     assert attrs(root)["gen_ai.usage.cache_read.input_tokens"] == 110
     assert attrs(root)["run_journal.cost_usd"] == pytest.approx(row.cost_usd)
@@ -183,18 +181,17 @@ async def test_a_tool_turn_is_a_root_with_chat_and_execute_tool_spans(store: Run
                run_journal__tool__outcome="success", run_journal__tool__result_size=1)
     assert first.end_time <= tool_span.start_time <= tool_span.end_time <= second.start_time  # type: ignore[operator]
     assert {span.status.status_code for span in spans} == {StatusCode.UNSET}
-    assert {span.context.trace_id for span in spans} == {trace_id_of(journal.run_id)}
-    assert root.context.span_id == span_id_of(journal.run_id)
-    assert tool_span.context.span_id == span_id_of(journal.run_id, "tool:c1")
-    assert first.context.span_id == span_id_of(journal.run_id, response.event_id)
+    assert {span.context.trace_id for span in spans} == {trace_id_of(run_id)}
+    assert root.context.span_id == span_id_of(run_id)
+    assert tool_span.context.span_id == span_id_of(run_id, "tool:c1")
+    assert first.context.span_id == span_id_of(run_id, response.event_id)
 
 
-async def test_exporting_twice_gives_the_same_trace(store: RunEventStore) -> None:
-    journal = RunJournal(store, thread_id="twice")
+async def test_exporting_twice_gives_the_same_trace() -> None:
     graph = tool_loop([calls("add", "c1", a=1, b=2), said("3")], [add])
-    await graph.ainvoke({"messages": [HumanMessage("1+2")]}, {"callbacks": [journal]})
-    await journal.aclose()
-    events, row = await recorded(store, journal)
+    async with capture_run(thread_id="twice") as run:
+        await graph.ainvoke({"messages": [HumanMessage("1+2")]}, run.config)
+    events, row = recorded(run)
 
     def shape(spans: list[ReadableSpan]) -> list[tuple[Any, ...]]:
         return sorted((s.name, s.context.trace_id, s.context.span_id, s.parent.span_id if s.parent else None,
@@ -205,24 +202,22 @@ async def test_exporting_twice_gives_the_same_trace(store: RunEventStore) -> Non
     assert [s[:6] for s in shape(spans_of(events, None))] == [s[:6] for s in once]  # the row adds totals only
 
 
-async def test_errors_are_error_statuses_with_exception_events(store: RunEventStore) -> None:
-    failing = RunJournal(store, thread_id="tool-error")
+async def test_errors_are_error_statuses_with_exception_events() -> None:
     graph = tool_loop([calls("explode", "c9", reason="boom"), said("sorry")], [explode])
-    await graph.ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [failing]})
-    await failing.aclose()
-    spans = captured(*await recorded(store, failing))
+    async with capture_run(thread_id="tool-error") as failing:
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, failing.config)
+    spans = captured(*recorded(failing))
     (tool_span,) = by_name(spans)["execute_tool explode"]
     assert tool_span.status.status_code is StatusCode.ERROR
     assert "tool failed: boom" in (tool_span.status.description or "")
     assert attrs(tool_span)["run_journal.tool.outcome"] == "error"
     assert root_of(spans).status.status_code is StatusCode.UNSET  # the run itself went on
 
-    crashed = RunJournal(store, thread_id="run-error")
-    graph = tool_loop([], [add], model=BrokenModel(messages=iter([])))
-    with pytest.raises(ConnectionError):
-        await graph.ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [crashed]})
-    await crashed.aclose()
-    spans = captured(*await recorded(store, crashed))
+    graph = tool_loop([], [add], model=BrokenModel([]))
+    async with capture_run(thread_id="run-error") as crashed:
+        with pytest.raises(ConnectionError):
+            await graph.ainvoke({"messages": [HumanMessage("go")]}, crashed.config)
+    spans = captured(*recorded(crashed))
     root = root_of(spans)
     assert root.status.status_code is StatusCode.ERROR
     assert root.status.description == "ConnectionError: provider down"
@@ -251,8 +246,8 @@ async def test_an_interrupt_is_a_span_event_and_the_resume_links_to_it(store: Ru
     await first.aclose()
     await compiled.ainvoke(Command(resume="yes"), {**config, "callbacks": [second]})
     await second.aclose()
-    interrupted = root_of(captured(*await recorded(store, first)))
-    resumed = root_of(captured(*await recorded(store, second)))
+    interrupted = root_of(captured(*await recorded_in(store, first)))
+    resumed = root_of(captured(*await recorded_in(store, second)))
     assert attrs(interrupted)["run_journal.status"] == "interrupted"
     assert interrupted.status.status_code is StatusCode.UNSET  # waiting for a human is not an error
     (event,) = [event for event in interrupted.events if event.name == "run.interrupt"]
@@ -264,15 +259,14 @@ async def test_an_interrupt_is_a_span_event_and_the_resume_links_to_it(store: Ru
     assert resumed.context.trace_id != interrupted.context.trace_id
 
 
-async def test_a_human_in_the_loop_interrupt_is_an_event_of_its_hook_span(store: RunEventStore) -> None:
-    agent = create_agent(ToolModel(messages=iter([calls("add", "c1", a=1, b=2), said("3")])), [add],
+async def test_a_human_in_the_loop_interrupt_is_an_event_of_its_hook_span() -> None:
+    agent = create_agent(ScriptedChatModel([calls("add", "c1", a=1, b=2), said("3")]), [add],
                          middleware=[HumanInTheLoopMiddleware(interrupt_on={"add": True})],
                          checkpointer=InMemorySaver())
-    journal = RunJournal(store)
-    await agent.ainvoke({"messages": [HumanMessage("1+2")]},
-                        {"configurable": {"thread_id": "approve"}, "callbacks": [journal]})
-    await journal.aclose()
-    spans = captured(*await recorded(store, journal))
+    async with capture_run() as run:
+        await agent.ainvoke({"messages": [HumanMessage("1+2")]},
+                            {"configurable": {"thread_id": "approve"}, **run.config})
+    spans = captured(*recorded(run))
     (hook,) = by_name(spans)["HumanInTheLoopMiddleware.after_model"]
     assert attrs(hook)["run_journal.middleware.action"] == "interrupt"
     assert [event.name for event in hook.events] == ["interrupt"]
@@ -280,17 +274,16 @@ async def test_a_human_in_the_loop_interrupt_is_an_event_of_its_hook_span(store:
     assert attrs(tool_span)["run_journal.tool.outcome"] == "none"  # asked for, waiting for approval
 
 
-async def test_a_middleware_hook_span_holds_the_model_call_it_made(store: RunEventStore) -> None:
-    summarizer = ToolModel(messages=iter([said("SUMMARY", tokens=50, model="claude-3-5-haiku-latest")] * 3))
-    agent = create_agent(ToolModel(messages=iter([said("it is 3", 20)])), [add],
+async def test_a_middleware_hook_span_holds_the_model_call_it_made() -> None:
+    summarizer = ScriptedChatModel([said("SUMMARY", tokens=50, model="claude-3-5-haiku-latest")] * 3)
+    agent = create_agent(ScriptedChatModel([said("it is 3", 20)]), [add],
                          middleware=[SummarizationMiddleware(model=summarizer, trigger=("messages", 4),
                                                              keep=("messages", 2))])
-    journal = RunJournal(store, thread_id="summarized")
     history = [HumanMessage("hi"), AIMessage("hello"), HumanMessage("how are you"), AIMessage("fine"),
                HumanMessage("what is 1+2")]
-    await agent.ainvoke({"messages": history}, {"callbacks": [journal]})
-    await journal.aclose()
-    spans = captured(*await recorded(store, journal))
+    async with capture_run(thread_id="summarized") as run:
+        await agent.ainvoke({"messages": history}, run.config)
+    spans = captured(*recorded(run))
     (hook,) = by_name(spans)["SummarizationMiddleware.before_model"]
     assert attrs(hook) == {"run_journal.middleware.tag": "summarization",
                            "run_journal.middleware.name": "SummarizationMiddleware",
@@ -306,20 +299,19 @@ async def test_a_middleware_hook_span_holds_the_model_call_it_made(store: RunEve
     assert parent_of(answer, spans) is root_of(spans)
 
 
-async def test_a_subagent_task_is_an_invoke_agent_span_under_its_task_tool_call(store: RunEventStore) -> None:
+async def test_a_subagent_task_is_an_invoke_agent_span_under_its_task_tool_call() -> None:
     from deepagents import create_deep_agent
 
-    agent = create_deep_agent(model=ToolModel(messages=iter([
+    agent = create_deep_agent(model=ScriptedChatModel([
         calls("task", "task-1", tokens=5, description="find 1+2", subagent_type="researcher"),
-        said("the researcher says 3", 20)])), tools=[add], subagents=[{
+        said("the researcher says 3", 20)]), tools=[add], subagents=[{
             "name": "researcher", "description": "the researcher", "system_prompt": "You research.",
             "tools": [add],
-            "model": ToolModel(messages=iter([calls("add", "s1", 7, a=1, b=2), said("it is 3", 7)])),
+            "model": ScriptedChatModel([calls("add", "s1", 7, a=1, b=2), said("it is 3", 7)]),
         }])
-    journal = RunJournal(store, thread_id="deep")
-    await agent.ainvoke({"messages": [HumanMessage("what is 1+2")]}, {"callbacks": [journal]})
-    await journal.aclose()
-    spans = captured(*await recorded(store, journal))
+    async with capture_run(thread_id="deep") as run:
+        await agent.ainvoke({"messages": [HumanMessage("what is 1+2")]}, run.config)
+    spans = captured(*recorded(run))
     root = root_of(spans)
     names = by_name(spans)
     (task_tool,) = names["execute_tool task"]
@@ -344,23 +336,20 @@ async def test_a_subagent_task_is_an_invoke_agent_span_under_its_task_tool_call(
     assert all(parent_of(span, spans) is root for span in lead)
 
 
-async def test_a_supervisors_workers_are_agent_spans_named_like_the_journal_names_them(
-    store: RunEventStore,
-) -> None:
+async def test_a_supervisors_workers_are_agent_spans_named_like_the_journal_names_them() -> None:
     from langgraph_supervisor import create_supervisor
 
-    research = create_agent(ToolModel(messages=iter([calls("web_search", "r1", query="headcount"),
-                                                     said("about 1.9M")])),
+    research = create_agent(ScriptedChatModel([calls("web_search", "r1", query="headcount"),
+                                               said("about 1.9M")]),
                             [web_search], name="research_expert")
-    math = create_agent(ToolModel(messages=iter([calls("add", "m1", a=1, b=2), said("it is 3")])), [add],
+    math = create_agent(ScriptedChatModel([calls("add", "m1", a=1, b=2), said("it is 3")]), [add],
                         name="math_expert")
-    lead = ToolModel(messages=iter([calls("transfer_to_research_expert", "s1"),
-                                    calls("transfer_to_math_expert", "s2"), said("1.9M, and 3")]))
+    lead = ScriptedChatModel([calls("transfer_to_research_expert", "s1"),
+                              calls("transfer_to_math_expert", "s2"), said("1.9M, and 3")])
     graph = create_supervisor([research, math], model=lead).compile()
-    journal = RunJournal(store, thread_id="team")
-    await graph.ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [journal]})
-    await journal.aclose()
-    spans = captured(*await recorded(store, journal))
+    async with capture_run(thread_id="team") as run:
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, run.config)
+    spans = captured(*recorded(run))
     root = root_of(spans)
     names = by_name(spans)
     (research_turn,) = names["invoke_agent research_expert"]
@@ -391,18 +380,17 @@ async def test_a_supervisors_workers_are_agent_spans_named_like_the_journal_name
         ("lead_agent", "agent:math_expert"), ("agent:math_expert", "lead_agent")]
 
 
-async def test_a_swarms_agents_each_have_their_turns(store: RunEventStore) -> None:
+async def test_a_swarms_agents_each_have_their_turns() -> None:
     from langgraph_swarm import create_handoff_tool, create_swarm
 
-    alice = create_agent(ToolModel(messages=iter([calls("transfer_to_bob", "a1")])),
+    alice = create_agent(ScriptedChatModel([calls("transfer_to_bob", "a1")]),
                          [create_handoff_tool(agent_name="Bob")], name="Alice")
-    bob = create_agent(ToolModel(messages=iter([calls("add", "b1", a=1, b=2), said("Bob here: 3")])),
+    bob = create_agent(ScriptedChatModel([calls("add", "b1", a=1, b=2), said("Bob here: 3")]),
                        [add, create_handoff_tool(agent_name="Alice")], name="Bob")
     graph = create_swarm([alice, bob], default_active_agent="Alice").compile()
-    journal = RunJournal(store, thread_id="swarm")
-    await graph.ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [journal]})
-    await journal.aclose()
-    events, row = await recorded(store, journal)
+    async with capture_run(thread_id="swarm") as run:
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, run.config)
+    events, row = recorded(run)
     callers = {e.metadata["caller"] for e in events if e.event_type == "llm.ai.response"}
     spans = captured(events, row)
     chats = [span for span in spans if span.name.startswith("chat")]

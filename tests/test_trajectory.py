@@ -17,7 +17,6 @@ from _recorded_runs import (
     WEATHER_SCRIPT,
     Recorded,
     Shared,
-    ToolModel,
     calls,
     record,
     record_runs,
@@ -32,6 +31,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 
 from run_journal import RunEventStore, compare_runs, open_store, read_trajectory, trajectory_of
 from run_journal.cli import main
+from run_journal.testing import ScriptedChatModel
 from run_journal.trajectory import (
     Handoff,
     MiddlewareStep,
@@ -233,7 +233,7 @@ def forecast(city: str) -> str:
 def forecast_agent(city: str = "Paris", answer: str = "It is 18 °C in Paris.") -> Any:
     from langchain.agents import create_agent
 
-    return create_agent(ToolModel(messages=iter([calls("forecast", "f1", city=city), said(answer, 20)])),
+    return create_agent(ScriptedChatModel([calls("forecast", "f1", city=city), said(answer, 20)]),
                         [forecast])
 
 
@@ -319,7 +319,7 @@ async def test_a_different_final_answer_is_the_first_divergence(store: RunEventS
 
 async def test_a_different_status_is_the_first_divergence(store: RunEventStore) -> None:
     async def run_graph(fail: bool) -> Trajectory:
-        model = ToolModel(messages=iter([said("done", 5)]))
+        model = ScriptedChatModel([said("done", 5)])
 
         async def agent(state: MessagesState) -> dict[str, Any]:
             return {"messages": [await model.ainvoke(state["messages"])]}
