@@ -138,8 +138,12 @@ def main() -> None:
     args = parser.parse_args()
     tag = uuid.uuid4().hex[:8]
     sep = "&" if "?" in args.url else "?"
-    url = f"{args.url}{sep}prefix=benchfleet{tag}:" if args.url.startswith("redis") \
-        else f"{args.url}{sep}schema=benchfleet{tag}"
+    if args.url.startswith("redis"):
+        url = f"{args.url}{sep}prefix=benchfleet{tag}:"
+    elif args.url.startswith("postgresql"):
+        url = f"{args.url}{sep}schema=benchfleet{tag}"
+    else:  # memory:// (one store per process): the journal's own cost, no server
+        url = args.url
     start_at = time.time() + 8.0
     jobs = [(url, index, args.batches, args.in_flight, args.latency / 1000, start_at)
             for index in range(args.processes)]
@@ -147,7 +151,8 @@ def main() -> None:
         with multiprocessing.get_context("spawn").Pool(args.processes) as pool:
             results = pool.map(worker, jobs)
     finally:
-        asyncio.run(remove(url))
+        if url != args.url:
+            asyncio.run(remove(url))
     runs = args.processes * args.batches * args.in_flight
     print(f"{args.url.split(':', 1)[0]}: {args.processes} processes x {args.in_flight} runs in flight, "
           f"{args.batches} batches per variant, model latency {args.latency:.0f} ms, {runs} runs per variant")
