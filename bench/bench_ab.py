@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib
 import re
 import statistics
@@ -49,6 +50,8 @@ def variants(before: Any, tmp: Path) -> dict[str, tuple[Any, Any]]:
     """name -> (journal class, store) for the two versions, memory and SQLite."""
     return {
         "after memory": (run_journal.RunJournal, run_journal.open_store("memory://")),
+        "after memory, requests off": (functools.partial(run_journal.RunJournal, record_requests=False),
+                                       run_journal.open_store("memory://")),
         "before memory": (before.RunJournal, before.open_store("memory://")),
         "after sqlite": (run_journal.RunJournal, run_journal.open_store(f"sqlite:///{tmp / 'after.db'}")),
         "before sqlite": (before.RunJournal, before.open_store(f"sqlite:///{tmp / 'before.db'}")),
