@@ -12,6 +12,7 @@ from run_journal.cli.common import (
     add_command,
     emit,
     emit_json,
+    non_negative,
     parse_when,
     positive,
     recent_threads,
@@ -43,16 +44,6 @@ def _cost(text: str) -> float:
     return value
 
 
-def _tokens(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return value
-
-
 def add_run_filters(parser: argparse.ArgumentParser) -> None:
     """The filters of ``search_runs`` as options (``runs`` and ``usage``)."""
     group = parser.add_argument_group("run filters (every one given must match)")
@@ -65,7 +56,7 @@ def add_run_filters(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tool", help="called this tool")
     group.add_argument("--caller", help="has calls of this caller (lead_agent, subagent:NAME, ...)")
     group.add_argument("--min-cost", type=_cost, metavar="USD", help="cost at least this (USD)")
-    group.add_argument("--min-tokens", type=_tokens, metavar="N", help="total tokens at least N")
+    group.add_argument("--min-tokens", type=non_negative, metavar="N", help="total tokens at least N")
     group.add_argument("--errors", action="store_true",
                        help="only runs where something failed (the run, a model call or a tool)")
     group.add_argument("--user", help="only this user's runs")

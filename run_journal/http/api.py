@@ -488,6 +488,25 @@ def _static(files: dict[str, bytes], name: str) -> Response:
     return Response(files[name], media_type=_STATIC_TYPES[name], headers=_VIEWER_HEADERS)
 
 
+def store_lifespan(store: RunEventStore | str) -> tuple[RunEventStore, Any]:
+    """The store an application serves, and its lifespan: a URL's store is set up at startup and
+    closed at shutdown; a store given is the caller's to open and close."""
+    owned = isinstance(store, str)
+    opened = open_store(store) if isinstance(store, str) else store
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if owned:
+            await opened.setup()
+        try:
+            yield
+        finally:
+            if owned:
+                await opened.aclose()
+
+    return opened, lifespan
+
+
 def create_app(
     store: RunEventStore | str,
     *,
@@ -503,19 +522,7 @@ def create_app(
     of any ASGI application (``Mount("/journal", create_app(store))``); the viewer uses relative
     links, so it works under any prefix (open it with the trailing slash: ``/journal/``).
     """
-    owned = isinstance(store, str)
-    opened = open_store(store) if isinstance(store, str) else store
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if owned:
-            await opened.setup()
-        try:
-            yield
-        finally:
-            if owned:
-                await opened.aclose()
-
+    opened, lifespan = store_lifespan(store)
     app = FastAPI(
         title="run-journal", summary="API over a run-journal store (reads, and feedback on runs)",
         docs_url=None, redoc_url=None, openapi_url="/api/openapi.json", lifespan=lifespan,

@@ -15,9 +15,8 @@ each write is a ``run.score`` event (``record_score``), scoped to the caller's u
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations at run time.
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
@@ -36,10 +35,10 @@ from run_journal.http.api import (
     _scoper,
     create_app,
     json_response,
+    store_lifespan,
 )
 from run_journal.http.views import NotFound
 from run_journal.stores.base import RunEventStore, StoreError
-from run_journal.stores.urls import open_store
 
 __all__ = ["create_deerflow_app", "deerflow_router"]
 
@@ -290,19 +289,7 @@ def create_deerflow_app(
     (``create_app``) under ``journal_prefix``; a URL is opened at startup and closed at shutdown."""
     if not journal_prefix.startswith("/") or journal_prefix.endswith("/") or journal_prefix == "/":
         raise ValueError(f"journal_prefix is a path like '/journal', got {journal_prefix!r}")
-    owned = isinstance(store, str)
-    opened = open_store(store) if isinstance(store, str) else store
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if owned:
-            await opened.setup()
-        try:
-            yield
-        finally:
-            if owned:
-                await opened.aclose()
-
+    opened, lifespan = store_lifespan(store)
     app = FastAPI(title="run-journal (DeerFlow gateway API)", docs_url=None, redoc_url=None,
                   openapi_url="/api/openapi.json", lifespan=lifespan)
     app.include_router(deerflow_router(opened, token=token, user_header=user_header, user_id=user_id,
