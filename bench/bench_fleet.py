@@ -1,7 +1,7 @@
 """A fleet on one server store: several worker processes, many agent runs in flight in each.
 
-Every worker process runs batches of ``--in-flight`` concurrent agent runs (a LangGraph turn: the fake
-model awaits ``--latency`` ms, calls one tool, answers), alternating a batch with a no-op callback
+Every worker process runs batches of ``--in-flight`` concurrent agent runs (bench_journal.py's turn: the
+fake model awaits ``--latency`` ms, calls one tool, answers), alternating a batch with a no-op callback
 handler and a batch journaled to the shared server store (one store per process, one ``RunJournal``
 per run, closed when its run ends, as a service would). Both variants run in the same processes at the
 same time of the benchmark, so the machine's noise hits them alike.
@@ -20,57 +20,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import multiprocessing
 import statistics
+import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
-from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, HumanMessage
-from langchain_core.tools import tool
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langchain_core.messages import HumanMessage
 
 from run_journal import RunJournal, open_store
 
-
-class NoOp(BaseCallbackHandler):
-    run_inline = True
-
-
-@tool
-def lookup(city: str) -> str:
-    """The weather in a city."""
-    return f"sunny in {city}"
-
-
-def build_graph(latency: float) -> Any:
-    replies = itertools.cycle([
-        AIMessage("looking", tool_calls=[{"name": "lookup", "args": {"city": "Oslo"}, "id": "c1"}]),
-        AIMessage("It is sunny in Oslo."),
-    ])
-    model = GenericFakeChatModel(messages=replies)
-
-    async def agent(state: MessagesState) -> dict[str, Any]:
-        await asyncio.sleep(latency)  # the model's network round trip
-        return {"messages": [await model.ainvoke(state["messages"])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode([lookup]))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    return graph.compile()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_journal import NoOp, build_graph
 
 
 async def worker_main(url: str, worker: int, batches: int, in_flight: int, latency: float,
                       start_at: float) -> dict[str, Any]:
     graph = build_graph(latency)
-    inputs = {"messages": [HumanMessage("weather in Oslo?")]}
+    inputs = {"messages": [HumanMessage("what is 1+2?")]}
     result: dict[str, Any] = {"noop": [], "journal": [], "cpu": {"noop": 0.0, "journal": 0.0},
                               "latency": {"noop": [], "journal": []}, "calls": 0, "runs": 0, "failed": 0}
     async with open_store(url) as store:

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,28 @@ def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 async def store(store_url: str) -> AsyncIterator[RunEventStore]:
     async with open_store(store_url) as opened:
         yield opened
+
+
+@dataclasses.dataclass(frozen=True)
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """``run-journal ARGS...`` in this process: its exit status and what it printed (test_cli.py
+    has its own, with a deadline)."""
+    from run_journal.cli import main
+
+    def call(*args: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as stop:  # argparse: --help, usage errors
+            code = stop.code if isinstance(stop.code, int) else 0
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return call

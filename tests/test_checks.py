@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,6 @@ from run_journal.checks import (
     record_score,
     run_suite,
 )
-from run_journal.cli import main
 from run_journal.contract import validate_record
 from run_journal.envelope import RunEvent
 from run_journal.trajectory import read_trajectory
@@ -298,30 +296,9 @@ async def test_a_suite_selects_runs_by_id_thread_and_last(store: RunEventStore, 
 
 
 # -- the check command ---------------------------------------------------------------------------------
-@dataclass
-class Done:
-    code: int
-    out: str
-    err: str
-
-
 @pytest.fixture(params=CLI_BACKENDS)
 def cli_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     return backend_url(request.param, request, tmp_path_factory)
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
-    def call(*args: str) -> Done:
-        capsys.readouterr()
-        try:
-            code = main(list(args))
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 0
-        out, err = capsys.readouterr()
-        return Done(code, out, err)
-
-    return call
 
 
 def recorded_at(url: str, tmp_path: Path) -> Recorded:

@@ -51,7 +51,6 @@ from langgraph_supervisor import create_supervisor
 from pydantic import BaseModel
 
 from run_journal import RunEventStore, RunJournal, open_store
-from run_journal.cli import main
 from run_journal.replay import (
     RecordedCall,
     RecordedChatModel,
@@ -451,30 +450,9 @@ async def test_an_unknown_run_is_a_lookup_error(runs: Runs) -> None:
 
 
 # -- the replay command ------------------------------------------------------------------------------------
-@dataclass
-class Done:
-    code: int
-    out: str
-    err: str
-
-
 @pytest.fixture(params=CLI_BACKENDS)
 def cli_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     return backend_url(request.param, request, tmp_path_factory)
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Any:
-    def call(*args: str) -> Done:
-        capsys.readouterr()
-        try:
-            code = main(list(args))
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 0
-        captured = capsys.readouterr()
-        return Done(code, captured.out, captured.err)
-
-    return call
 
 
 GRAPHS = textwrap.dedent('''

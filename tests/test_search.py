@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -17,7 +17,6 @@ from _recorded_runs import MODEL, Recorded, Shared, record_runs
 from conftest import BACKENDS, backend_url
 
 from run_journal import NewEvent, RunRow, UsageTotals, open_store, usage_trend
-from run_journal.cli import main
 from run_journal.projections import reconcile_orphans
 from run_journal.stores.base import RunEventStore
 from run_journal.trends import usage_by
@@ -135,26 +134,6 @@ async def test_reconcile_fills_what_a_dead_workers_run_did(store_url: str) -> No
 
 
 # -- the command line ---------------------------------------------------------------------------
-class Done(NamedTuple):
-    code: int
-    out: str
-    err: str
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
-    def call(*args: str) -> Done:
-        capsys.readouterr()
-        try:
-            code = main(list(args))
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 0
-        out, err = capsys.readouterr()
-        return Done(code, out, err)
-
-    return call
-
-
 @pytest.fixture(scope="module", params=CLI_BACKENDS)
 def cli_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     url = backend_url(request.param, request, tmp_path_factory)

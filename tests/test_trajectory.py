@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,6 @@ from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 
 from run_journal import RunEventStore, compare_runs, open_store, read_trajectory, trajectory_of
-from run_journal.cli import main
 from run_journal.testing import ScriptedChatModel
 from run_journal.trajectory import (
     Handoff,
@@ -393,30 +391,9 @@ def test_step_types_are_exported() -> None:
 
 
 # -- the diff command ------------------------------------------------------------------------------------
-@dataclass
-class Done:
-    code: int
-    out: str
-    err: str
-
-
 @pytest.fixture(params=CLI_BACKENDS)
 def cli_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     return backend_url(request.param, request, tmp_path_factory)
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
-    def call(*args: str) -> Done:
-        capsys.readouterr()
-        try:
-            code = main(list(args))
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 0
-        out, err = capsys.readouterr()
-        return Done(code, out, err)
-
-    return call
 
 
 def test_the_diff_command_shows_the_alignment_and_exits_0_or_1(cli: Any, cli_url: str) -> None:
