@@ -50,7 +50,7 @@ from run_journal.catalog import TERMINAL_RUN_EVENTS
 from run_journal.envelope import NewEvent
 from run_journal.runs import RowSnapshot, RunRow
 from run_journal.stores.base import RunEventStore
-from run_journal.writer.loops import running_loop, writer_thread
+from run_journal.writer.loops import running_loop, settled, start_on, writer_thread
 from run_journal.writer.policy import JournalError, JournalStats, RetryPolicy, StoreTimeoutError
 from run_journal.writer.sources import (
     OPEN_TIMEOUT,
@@ -279,7 +279,7 @@ class EventWriter:
             before = self._done
             self._poke(urgent=True)
             try:
-                await asyncio.wait_for(asyncio.wrap_future(ticket), STALL_TIMEOUT)
+                await asyncio.wait_for(settled(ticket), STALL_TIMEOUT)
             except TimeoutError:
                 self._stalled = self._done == before
 
@@ -319,7 +319,7 @@ class EventWriter:
         the store refused them; a later flush tries again)."""
         pending = self._request_flush()
         if pending is not None:
-            await asyncio.wrap_future(pending)
+            await settled(pending)
 
     def _request_flush(self) -> concurrent.futures.Future[None] | None:
         """A future for what is queued now, settled by the drain (None: it is all stored)."""
@@ -339,7 +339,7 @@ class EventWriter:
     async def aclose(self) -> None:
         """Flush, run the finishers, release the store. After a failure nothing is closed: a later
         ``flush()`` / ``aclose()`` tries again."""
-        await asyncio.wrap_future(self._request_close())
+        await settled(self._request_close())
 
     def close(self, timeout: float | None = None) -> None:
         """``aclose()`` for sync code (not on the writer's own loop thread, which it would block);
@@ -384,7 +384,7 @@ class EventWriter:
                 raise JournalError(f"the journal's writer has stopped (its event loop is gone); "
                                    f"{len(self._queue)} event(s) unwritten")
             else:
-                closing = asyncio.run_coroutine_threadsafe(self._close(), self._writer_loop())
+                closing = start_on(self._writer_loop(), self._close())
             self._closing = closing
             return closing
 
@@ -392,7 +392,7 @@ class EventWriter:
         """The one close path, on the writer's loop."""
         pending = self._request_flush()
         if pending is not None:
-            await asyncio.wrap_future(pending)
+            await settled(pending)
         with self._lock:
             self._closed = self._signalled = True
         if self._timer is not None:

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 _lock = threading.Lock()
 _writer_thread: LoopThread | None = None
@@ -80,6 +84,64 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+def start_on(loop: asyncio.AbstractEventLoop,
+             coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    """``asyncio.run_coroutine_threadsafe``; called on ``loop`` itself, the task starts without a
+    wake-up through the loop's self-pipe (a system call and a loop pass each way)."""
+    if running_loop() is not loop:
+        return asyncio.run_coroutine_threadsafe(coroutine, loop)
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+    task = loop.create_task(coroutine)
+
+    def copy_outcome(done: asyncio.Task[T]) -> None:
+        if future.cancelled():
+            return
+        if done.cancelled():
+            future.cancel()
+        elif (error := done.exception()) is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(done.result())
+
+    def cancel_task(settled: concurrent.futures.Future[T]) -> None:
+        if settled.cancelled():
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the task is gone with it
+                loop.call_soon_threadsafe(task.cancel)
+
+    task.add_done_callback(copy_outcome)
+    future.add_done_callback(cancel_task)
+    return future
+
+
+async def settled(future: concurrent.futures.Future[T]) -> T:
+    """Await a concurrent future (``asyncio.wrap_future``), but when it is settled on this loop's own
+    thread the loop learns at once instead of through its self-pipe. Cancelling the await cancels
+    ``future``."""
+    if not future.done():
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+
+        def relay(_: concurrent.futures.Future[T]) -> None:
+            if running_loop() is loop:
+                _wake(waiter)
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits any more
+                    loop.call_soon_threadsafe(_wake, waiter)
+
+        future.add_done_callback(relay)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+    return future.result()
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 @atexit.register
