@@ -40,15 +40,30 @@ class Body:
     thread_id: str
     digest: str
     data: bytes
+    hashed: bool = dataclasses.field(default=False, init=False, compare=False, repr=False)
+    """The digest was computed from the data here (``of``, ``from_data``): a store does not hash it
+    again. A body built field by field is checked by the store that writes it."""
 
     @classmethod
     def of(cls, thread_id: str, value: Any) -> Body:
         """The body of ``value`` in ``thread_id``: normalized like any event payload, encoded with
         sorted keys, hashed. A ValueError when it is larger than ``BODY_LIMIT``."""
-        validate_id("thread_id", thread_id)
         data = encode_sorted(value).encode("utf-8")
         check_size(len(data))
-        return cls(thread_id, hashlib.sha256(data).hexdigest(), data)
+        return cls.from_data(validate_id("thread_id", thread_id), data)
+
+    @classmethod
+    def from_data(cls, thread_id: str, data: bytes) -> Body:
+        """The body of ``data``, bytes of canonical JSON as ``of`` encodes them, hashed here."""
+        body = cls(thread_id, digest_of(data), data)
+        object.__setattr__(body, "hashed", True)  # frozen: set once, by the one who hashed
+        return body
+
+    def in_thread(self, thread_id: str) -> Body:
+        """The same data in another thread (hashed as this one was)."""
+        body = Body(thread_id, self.digest, self.data)
+        object.__setattr__(body, "hashed", self.hashed)
+        return body
 
     def value(self) -> JsonValue:
         """The value the body holds, decoded afresh."""
@@ -83,6 +98,9 @@ def check_body(body: object) -> Body:
     if not isinstance(body, Body):
         raise TypeError(f"bodies are Body objects (Body.of(thread_id, value)), got {type(body).__name__}")
     validate_id("thread_id", body.thread_id)
+    if body.hashed:
+        check_size(len(body.data))
+        return body
     if not isinstance(body.data, bytes):
         raise TypeError(f"Body.data is bytes, got {type(body.data).__name__}")
     check_size(len(body.data))

@@ -29,7 +29,7 @@ from typing import Any, Final
 from langchain_core.messages import BaseMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from run_journal.bodies import Body, digest_of
+from run_journal.bodies import Body
 from run_journal.caps import CONTENT_LIMITS, cap_content
 from run_journal.catalog import Category
 from run_journal.journal.payloads import message_payload
@@ -81,8 +81,7 @@ def message_body(thread_id: str, payload: Normalized) -> Body:
     value = loads(text)
     if len(text) > MESSAGE_LIMIT // 4 and len(text.encode("utf-8")) > MESSAGE_LIMIT:
         value = cap_content(value, text, {}, MESSAGE_LIMIT)[0]
-    data = _SORTED(value).encode("utf-8")
-    return Body(thread_id, digest_of(data), data)
+    return Body.from_data(thread_id, _SORTED(value).encode("utf-8"))
 
 
 def tool_specs(tools: Any) -> list[Any]:
@@ -149,17 +148,17 @@ class RequestBuilder:
                 key = (link, digest)
                 following = thread.links.get(key)
                 if following is None:
-                    data = link_data(link, digest)
-                    following = digest_of(data)
+                    body = Body.from_data(thread.thread_id, link_data(link, digest))
+                    following = body.digest
                     if len(thread.links) >= CACHED_LINKS:
                         thread.links.clear()
                     thread.links[key] = following
                     if following not in known and following not in sent:
                         sent.add(following)
-                        new.append(Body(thread.thread_id, following, data))
+                        new.append(body)
                 elif following not in known and following not in sent:
                     sent.add(following)
-                    new.append(Body(thread.thread_id, following, link_data(link, digest)))
+                    new.append(Body.from_data(thread.thread_id, link_data(link, digest)))
                 link = following
             tools = params.get("tools")
             tools_digest = None
@@ -215,12 +214,11 @@ class RequestBuilder:
             shared = (key, id(self.redact))
             made = _TEXT_BODIES.get(shared)  # the same parameters in another thread: one encoding
             if made is None:
-                data = _SORTED(loads(redacted_text(text(), self.redact))).encode("utf-8")
-                made = (digest_of(data), data)
+                made = Body.from_data("", _SORTED(loads(redacted_text(text(), self.redact))).encode("utf-8"))
                 if len(_TEXT_BODIES) >= 512:
                     _TEXT_BODIES.clear()
                 _TEXT_BODIES[shared] = made
-            body = Body(thread.thread_id, *made)
+            body = made.in_thread(thread.thread_id)
             if len(thread.texts) >= 256:
                 thread.texts.clear()
             thread.texts[key] = body
@@ -231,8 +229,8 @@ class RequestBuilder:
         return digest
 
 
-_TEXT_BODIES: Final[dict[tuple[str, int], tuple[str, bytes]]] = {}
-"""The process's tool lists and parameter sets: (encoded text, redactor) -> (digest, body bytes)."""
+_TEXT_BODIES: Final[dict[tuple[str, int], Body]] = {}
+"""The process's tool lists and parameter sets: (encoded text, redactor) -> their body (of no thread)."""
 
 
 class _Registry:

@@ -236,13 +236,15 @@ class MemoryRunEventStore(RunEventStore):
             self._check_starts(batch)
             self._keep_bodies(bodies)
             written = [self._record(event) for event in batch]
+            self._note_activity(record.event for record, new in written if new)
         # a new write's result may share the writer's payload objects; a repeat gets its own copy
         return [RunEvent.stored(record.event, record.seq) if new else record.to_event()
                 for record, new in written]
 
     def _record(self, event: NewEvent, types: tuple[str, ...] = ()) -> tuple[Record, bool]:
         """Under the lock: the stored event with ``event.event_id``, else the run's first of
-        ``types``, else ``event`` stored now (True)."""
+        ``types``, else ``event`` stored now (True). The caller then notes the activity of what it
+        wrote (:meth:`_note_activity`), once per write."""
         thread = self._threads[event.thread_id]
         existing = thread.by_event_id.get(event.event_id)
         if existing is None and types:
@@ -256,13 +258,22 @@ class MemoryRunEventStore(RunEventStore):
         if event.event_type == RUN_START:
             self._check_start(event)
             self._run_starts[event.run_id] = (event.thread_id, event.event_id)
-        record = thread.add(event)
-        moment = stamp(event.created_at)  # the thread's newest event now
-        self._recent.set(event.thread_id, moment)
-        if event.user_id is not None:
-            self._recent_of_user[event.user_id].set(event.thread_id, moment)
-        thread.wake()
-        return record, True
+        return thread.add(event), True
+
+    def _note_activity(self, written: Iterable[NewEvent]) -> None:
+        """Under the lock, after a write: each thread's (and user's) newest event is the last one
+        written to it, and its followers wake."""
+        newest: dict[str, NewEvent] = {}
+        of_user: dict[tuple[str, str], NewEvent] = {}
+        for event in written:
+            newest[event.thread_id] = event
+            if event.user_id is not None:
+                of_user[event.user_id, event.thread_id] = event
+        for thread_id, event in newest.items():
+            self._recent.set(thread_id, stamp(event.created_at))
+            self._threads[thread_id].wake()
+        for (user_id, thread_id), event in of_user.items():
+            self._recent_of_user[user_id].set(thread_id, stamp(event.created_at))
 
     def _replace_activity(self, thread_id: str, thread: ThreadEvents, users: Iterable[str | None]) -> None:
         """Under the lock, after a delete: the thread's (and ``users``') newest remaining event."""
@@ -295,6 +306,8 @@ class MemoryRunEventStore(RunEventStore):
         with self._lock:
             self._check_open()
             record, written = self._record(event, types)
+            if written:
+                self._note_activity((event,))
         return record.to_event(), written
 
     async def _put_run_close(
@@ -307,9 +320,9 @@ class MemoryRunEventStore(RunEventStore):
             self._check_open()
             self._check_starts([*batch, terminal])
             self._keep_bodies(bodies)
-            for event in batch:
-                self._record(event)
-            stored, _ = self._record(terminal, types)
+            written = [record.event for record, new in map(self._record, batch) if new]
+            stored, new = self._record(terminal, types)
+            self._note_activity([*written, terminal] if new else written)
             if stored.event.event_id != terminal.event_id:
                 return False
             self._check_run_owner(row)  # as put_run: the events are written, the row is refused

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 
 import pytest
@@ -145,6 +146,9 @@ class BodyTests(StoreSuiteBase):
         forged = Body("t", message(2).digest, good.data)
         with pytest.raises(ValueError, match="does not hash"):
             await store.put_batch([new_event(event_id="kept-out")], bodies=[good, forged])
+        swapped = dataclasses.replace(message(2), data=good.data)  # a hashed body's copy is checked again
+        with pytest.raises(ValueError, match="does not hash"):
+            await store.put_batch([new_event(event_id="kept-out")], bodies=[swapped])
         with pytest.raises(ValueError, match="sha256"):
             await store.put_bodies([Body("t", "ABC", good.data)])
         with pytest.raises(ValueError, match="thread_id"):
