@@ -527,16 +527,18 @@ class RunRecorder:
         """The one redaction pass over a payload's canonical JSON."""
         return redacted_text(encode(value), self.redact)
 
-    def _message_payload(self, message: BaseMessage) -> Normalized:
+    def _message_payload(self, message: BaseMessage, key: MessageKey | None = None) -> Normalized:
         """A message's redacted, normalized payload, computed once per message id per run (again
-        when the message changed in place: its cheap key tells)."""
-        key = message.id if isinstance(message.id, str) and message.id else None
-        cached = self._payloads.get(key) if key else None
-        if cached is not None and cached[0] is message and cached[1] == message_key(message):
-            return cached[2]
+        when the message changed in place: its cheap ``key`` tells, computed here if not given)."""
+        message_id = message.id if isinstance(message.id, str) and message.id else None
+        cached = self._payloads.get(message_id) if message_id else None
+        if cached is not None and cached[0] is message:
+            key = key or message_key(message)
+            if cached[1] == key:
+                return cached[2]
         payload = p.message_payload(message, self.redact)
-        if key:
-            self._payloads[key] = (message, message_key(message), payload)
+        if message_id:
+            self._payloads[message_id] = (message, key or message_key(message), payload)
         return payload
 
     def _note_interrupts(self, error: BaseException) -> None:

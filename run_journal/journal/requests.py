@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Final
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from run_journal.bodies import Body
@@ -46,8 +46,9 @@ CACHED_LINKS: Final = 50_000
 CACHED_THREADS: Final = 128
 """Threads whose bodies the process remembers (least recently used ones are forgotten)."""
 
-PayloadOf = Callable[[BaseMessage], Normalized]
 MessageKey = tuple[Any, ...]
+PayloadOf = Callable[[BaseMessage, MessageKey | None], Normalized]
+"""A message's payload, given its :func:`message_key` when the caller has it."""
 
 
 def message_key(message: BaseMessage) -> MessageKey:
@@ -56,8 +57,9 @@ def message_key(message: BaseMessage) -> MessageKey:
     its name, id, text (a string's hash is computed once per string), tool calls and extra fields."""
     content = message.content
     text: Any = hash(content) if isinstance(content, str) else (id(content), len(content))
-    return (message.name, message.id, text, len(getattr(message, "tool_calls", None) or ()),
-            len(message.additional_kwargs), len(message.response_metadata))
+    calls = len(message.tool_calls) if isinstance(message, AIMessage) else 0  # a field of AI messages only
+    return (message.name, message.id, text, calls, len(message.additional_kwargs),
+            len(message.response_metadata))
 
 
 def link_data(prev: str | None, message: str) -> bytes:
@@ -130,7 +132,7 @@ class RequestBuilder:
     def __init__(self, bodies: ThreadBodies, redact: Redactor, payload_of: PayloadOf | None = None) -> None:
         self.bodies = bodies
         self.redact = redact
-        self.payload_of = payload_of or (lambda message: message_payload(message, redact))
+        self.payload_of = payload_of or (lambda message, _: message_payload(message, redact))
         """A message's redacted payload (the journal's, which it computed for the message's own event)."""
         self.sent: set[str] = set()
 
@@ -189,7 +191,7 @@ class RequestBuilder:
                 self._remember(message, key, digest)
         if digest and (digest in known or digest in self.sent):
             return digest
-        body = message_body(thread.thread_id, self.payload_of(message))
+        body = message_body(thread.thread_id, self.payload_of(message, key))
         if not digest:
             digest = body.digest
             self._remember(message, key, digest)
