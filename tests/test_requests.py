@@ -417,3 +417,30 @@ async def test_a_text_completion_model_records_its_prompt(bodies_store: RunEvent
     assert call.request.params["_type"] == "fake-list"
     assert call.reply is not None
     assert call.reply["content"] == "a haiku"
+
+
+async def test_a_written_request_event_lets_go_of_its_bodies() -> None:
+    """A store that keeps the event objects it was handed (``memory://``) keeps only the events:
+    not the bodies they brought, nor the thread's body cache (which holds the messages)."""
+    from run_journal.stores.memory import MemoryRunEventStore
+
+    class Keeping(MemoryRunEventStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.handed: list[NewEvent] = []
+
+        async def _put_run_close(self, batch: Any, terminal: Any, types: Any, row: Any,
+                                 bodies: Any = ()) -> Any:
+            self.handed += batch
+            return await super()._put_run_close(batch, terminal, types, row, bodies)
+
+    store = Keeping()
+    journal = RunJournal(store, thread_id="kept")
+    agent = create_agent(ScriptedChatModel([reply("hello")]), [], system_prompt="You answer.")
+    await agent.ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+    await journal.aclose()
+    requests = [event for event in store.handed if event.event_type == "llm.request"]
+    assert requests
+    assert all(getattr(event, "bodies", ()) == () and getattr(event, "stored", None) is None
+               for event in requests)
+    assert await store.list_bodies("kept")  # what they carried was written

@@ -100,6 +100,11 @@ class WithBodies(NewEvent):
         _SLOT_SETTERS["stored"](carrier, stored)
         return carrier
 
+    def delivered(self) -> None:
+        """The bodies are stored: the event no longer carries them (nor its sender)."""
+        _SLOT_SETTERS["bodies"](self, ())
+        _SLOT_SETTERS["stored"](self, None)
+
 
 _SLOT_SETTERS: Final = {name: owner.__dict__[name].__set__ for owner in (NewEvent, WithBodies)
                         for name in owner.__slots__}
@@ -623,10 +628,12 @@ def _bodies(carried: Sequence[WithBodies]) -> list[Body]:
 
 
 def _acknowledge(carried: Sequence[WithBodies]) -> None:
-    """Tell the senders of the bodies just written that the store has them."""
+    """Tell the senders of the bodies just written that the store has them, and let go of the
+    bodies and the sender: a store that keeps the event object (``memory://``) keeps only the event."""
     for item in carried:
         if item.stored is not None and item.bodies:
             item.stored([body.digest for body in item.bodies])
+        item.delivered()
 
 
 def _settle(future: concurrent.futures.Future[None], outcome: BaseException | None) -> None:
