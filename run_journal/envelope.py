@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 
 from run_journal.caps import CONTENT_LIMITS, METADATA_LIMIT, cap_content
 from run_journal.catalog import TASK_ID_MAX_LENGTH, validate_event_type
@@ -136,11 +136,11 @@ class NewEvent(_Frozen):
     def _checked_by_producer(
         cls, thread_id: str, run_id: str, event_type: str, category: str, content_json: str,
         metadata_json: str, created_at: datetime, user_id: str | None,
-    ) -> NewEvent:
+    ) -> Self:
         """For a producer that validated its ids and names once and encoded the payload itself (the
         journal, through ``normalization.encode``; metadata a JSON object): the caps still apply, the
         per-event checks do not."""
-        event: NewEvent = _new_record(cls)
+        event: Self = _new_record(cls)
         event._fill_encoded(thread_id, run_id, event_type, category, content_json, metadata_json,
                             created_at, None, user_id)
         return event

@@ -256,8 +256,8 @@ class RunRecorder:
         via, state.pending_handoff = state.pending_handoff, None
         agent = scope.agent if scope is not None and scope.agent is not None else state.lead_agent_name
         call_id = via[0] if via is not None and via[1] == agent else None
-        self._emit("agent.handoff", {"from_agent": previous, "to_agent": caller, "tool_call_id": call_id},
-                   {"caller": caller, "tool_call_id": call_id})
+        content = {"from_agent": previous, "to_agent": caller, "tool_call_id": call_id}
+        self._emit("agent.handoff", own(content), own({"caller": caller, "tool_call_id": call_id}))
 
     # -- models ------------------------------------------------------------------------------------
     def model_start(self, run_id: uuid.UUID, parent_run_id: uuid.UUID | None, kind: str, inputs: Any,
@@ -301,10 +301,10 @@ class RunRecorder:
         content, _, bodies = builder.build(messages, params)
         meta = {"caller": call.caller, "llm_call_index": call.index, "llm_run_id": str(run_id),
                 "model_name": call.model, "model_provider": call.provider}
-        event = NewEvent._checked_by_producer(  # the journal's own fixed keys: nothing to redact
-            self.thread_id or "pending", self.run_id, "llm.request", "trace", encode(content), encode(meta),
-            utc_now(), self.user_id)
-        self._out.append(WithBodies.carrying(event, bodies, builder.bodies.stored) if bodies else event)
+        fields = (self.thread_id or "pending", self.run_id, "llm.request", "trace", encode(content),
+                  encode(meta), utc_now(), self.user_id)  # the journal's own fixed keys: nothing to redact
+        self._out.append(WithBodies.encoded(bodies, builder.bodies.stored, *fields) if bodies
+                         else NewEvent._checked_by_producer(*fields))
 
     def new_token(self, run_id: uuid.UUID) -> None:
         call = self.state.llm_calls.get(run_id)
@@ -332,7 +332,7 @@ class RunRecorder:
         meta = {"caller": call.caller, "llm_call_index": call.index, "model_name": call.model}
         self.tally.add_llm_error(call.caller, call.model)
         self.changed = True
-        self._emit("llm.error", p.error_content(error, with_traceback=False), meta)
+        self._emit("llm.error", p.error_content(error, with_traceback=False), own(meta))
         if run_id == state.root:
             self._fail_root(error)
 
@@ -507,10 +507,11 @@ class RunRecorder:
                            {"reason": "the journal was closed before the run ended"})
 
     # -- transitions -------------------------------------------------------------------------------
-    def _emit(self, event_type: str, content: Any, metadata: Mapping[str, Any],
+    def _emit(self, event_type: str, content: Any, metadata: Mapping[str, Any] | Normalized,
               category: str | None = None, *, created_at: datetime | None = None) -> None:
         """Every event goes out through here: its content and metadata normalized and redacted (one
-        pass over each; a message payload was redacted when it was built), then the envelope's caps.
+        pass over each), then the envelope's caps. A ``Normalized`` payload is written as it is: a
+        message payload was redacted when it was built, and :func:`own` values hold nothing to redact.
         """
         if category is None:
             category = EVENTS[event_type].category
@@ -519,7 +520,8 @@ class RunRecorder:
         event = NewEvent._checked_by_producer(  # ids were checked when they were set
             self.thread_id or "pending", self.run_id, event_type, category,
             content.text if type(content) is Normalized else self._redacted_json(content),
-            self._redacted_json(metadata), created_at or utc_now(), self.user_id,
+            metadata.text if type(metadata) is Normalized else self._redacted_json(metadata),
+            created_at or utc_now(), self.user_id,
         )
         (self._out if self.state.started else self._held).append(event)
 
@@ -582,7 +584,7 @@ class RunRecorder:
             self.tally.messages += 1
             self.tally.first_human = cap_text(redacted_string(p.message_text(human), self.redact))
             self._emit("llm.human.input", self._message_payload(human),
-                       {"caller": state.caller, "message_id": human.id})
+                       own({"caller": state.caller, "message_id": human.id}))
 
     def _llm_response(self, call: LlmCall, response: LLMResult) -> tuple[BaseMessage | None, BaseMessage]:
         """``llm.ai.response`` (and a ``tool.call`` per call it asks for); returns the chat message,
@@ -611,7 +613,7 @@ class RunRecorder:
         tool_calls = getattr(message, "tool_calls", None) or []
         if tool_calls and not text and all(self._is_handoff(c.get("name")) for c in tool_calls):
             meta["handoff"] = True  # routing between agents, not a reply: out of thread history
-        self._emit("llm.ai.response", self._message_payload(message), meta)
+        self._emit("llm.ai.response", self._message_payload(message), own(meta))
         for tool_call in tool_calls:
             call_id = tool_call.get("id")
             if not isinstance(call_id, str) or not call_id:
@@ -619,10 +621,11 @@ class RunRecorder:
             preview, cut = p.args_preview(tool_call.get("args", {}), self.redact)
             name = str(tool_call.get("name", ""))
             self.state.open_calls[call_id] = (name, call.caller)
-            self._emit(
+            self._emit(  # the preview is redacted already
                 "tool.call",
-                {"tool_call_id": call_id, "tool_name": name, "args_preview": preview, "args_truncated": cut},
-                {"caller": call.caller, "tool_call_id": call_id, "llm_call_index": call.index},
+                own({"tool_call_id": call_id, "tool_name": name, "args_preview": preview,
+                     "args_truncated": cut}),
+                own({"caller": call.caller, "tool_call_id": call_id, "llm_call_index": call.index}),
             )
         return chat, message
 
@@ -647,7 +650,7 @@ class RunRecorder:
                 "status": message.status}
         if call_id in state.handoff_calls or self._is_handoff(message.name or tool_name):
             meta["handoff"] = True
-        self._emit("llm.tool.result", self._message_payload(message), meta)
+        self._emit("llm.tool.result", self._message_payload(message), own(meta))
 
     def _is_handoff(self, tool_name: Any) -> bool:
         """A tool that hands the turn to another agent: one seen with ``__handoff_destination``
@@ -668,7 +671,8 @@ class RunRecorder:
         duration = None if tool is None else int((time.monotonic() - tool.started) * 1000)
         content = {"tool_call_id": call_id, "tool_name": name, "outcome": outcome,
                    "duration_ms": duration, **extra}
-        self._emit("tool.outcome", content, {"caller": caller, "tool_call_id": call_id})
+        self._emit("tool.outcome", content if outcome == "error" else own(content),  # an error's words
+                   own({"caller": caller, "tool_call_id": call_id}))
 
     def _close_open_work(self, *, missing: bool) -> None:
         """Before a terminal event: settle failed tool tries, close unfinished subagent tasks and
@@ -691,7 +695,7 @@ class RunRecorder:
         self.changed = True
         duration = int((time.monotonic() - state.started_mono) * 1000)
         meta = {"status": status.value, "duration_ms": duration, "caller": state.caller}
-        self._emit(event_type, content, meta, created_at=state.ended_at)
+        self._emit(event_type, content, own(meta), created_at=state.ended_at)
 
     def _end_root(self, output: Any) -> None:
         state = self.state
@@ -717,6 +721,12 @@ class RunRecorder:
             redacted = Normalized.from_text(self._redacted_json(content))  # the row shows what is stored
             message = redacted.value["message"] if isinstance(redacted.value, dict) else content["message"]
             self._terminal("run.error", RunStatus.ERROR, redacted, error=str(message))
+
+
+def own(value: Mapping[str, Any]) -> Normalized:
+    """The journal's own values (ids, names, counts, digests, and texts redacted already): encoded,
+    with nothing left to redact."""
+    return Normalized.from_text(encode(value))
 
 
 def _build_row(tally: RunTally, **fields: Any) -> RunRow:

@@ -43,6 +43,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Final, Protocol, TypeVar
 
 from run_journal.bodies import Body
@@ -89,13 +90,13 @@ class WithBodies(NewEvent):
     stored: Callable[[Sequence[str]], None] | None
 
     @classmethod
-    def carrying(cls, event: NewEvent, bodies: Sequence[Body],
-                 stored: Callable[[Sequence[str]], None] | None = None) -> WithBodies:
-        """``event`` (encoded already) with ``bodies``."""
-        carrier: WithBodies = object.__new__(cls)
-        for name in NewEvent.__slots__:
-            if hasattr(event, name):
-                _SLOT_SETTERS[name](carrier, getattr(event, name))
+    def encoded(cls, bodies: Sequence[Body], stored: Callable[[Sequence[str]], None] | None,
+                thread_id: str, run_id: str, event_type: str, category: str, content_json: str,
+                metadata_json: str, created_at: datetime, user_id: str | None) -> WithBodies:
+        """The event a producer encoded itself (as ``NewEvent._checked_by_producer`` takes it),
+        carrying ``bodies``."""
+        carrier = cls._checked_by_producer(thread_id, run_id, event_type, category, content_json,
+                                           metadata_json, created_at, user_id)
         _SLOT_SETTERS["bodies"](carrier, tuple(bodies))
         _SLOT_SETTERS["stored"](carrier, stored)
         return carrier
@@ -106,8 +107,7 @@ class WithBodies(NewEvent):
         _SLOT_SETTERS["stored"](self, None)
 
 
-_SLOT_SETTERS: Final = {name: owner.__dict__[name].__set__ for owner in (NewEvent, WithBodies)
-                        for name in owner.__slots__}
+_SLOT_SETTERS: Final = {name: WithBodies.__dict__[name].__set__ for name in WithBodies.__slots__}
 Item = NewEvent | Deferred
 RowStored = Callable[[RunEventStore, RunRow], None]
 """Told, on the writer's loop, of every run row once it is stored."""
