@@ -49,7 +49,7 @@ class Recorder(BaseCallbackHandler):
         return super().__getattribute__(name)
 
 
-async def main(url: str, turns: int, top: int) -> None:
+async def main(url: str, turns: int, top: int, record_requests: bool = True) -> None:
     recorder = Recorder()
     await build_graph().ainvoke({"messages": [HumanMessage("what is 1+2?")]}, {"callbacks": [recorder]})
     counts: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -63,7 +63,7 @@ async def main(url: str, turns: int, top: int) -> None:
 
     async with open_store(url) as store:
         async def turn(index: int) -> None:
-            journal = RunJournal(store, thread_id=f"work-{index}")
+            journal = RunJournal(store, thread_id=f"work-{index}", **({} if record_requests else {"record_requests": False}))
             for name, args, kwargs in recorder.calls:
                 getattr(journal, name)(*args, **kwargs)
             await journal.aclose()
@@ -77,7 +77,7 @@ async def main(url: str, turns: int, top: int) -> None:
     counts.pop((__file__, "turn"), None)
     total = sum(counts.values()) / turns
     ours = sum(n for (path, _), n in counts.items() if "run_journal" in path) / turns
-    print(f"store {url}: {total:,.0f} bytecodes per turn ({ours:,.0f} in run_journal), "
+    print(f"store {url}{'' if record_requests else ', requests off'}: {total:,.0f} bytecodes per turn ({ours:,.0f} in run_journal), "
           f"{len(recorder.calls)} callbacks replayed")
     for (path, name), n in counts.most_common(top):
         print(f"{n / turns:8.0f}  {path.rsplit('/', 2)[-2:][-1]}:{name}")
@@ -88,7 +88,8 @@ if __name__ == "__main__":
     parser.add_argument("--store", default="memory://", help="a store URL (sqlite:///... works too)")
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--no-requests", action="store_true", help="journals with record_requests=False")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         store_url = options.store.replace("{tmp}", tmp)
-        asyncio.run(main(store_url, options.turns, options.top))
+        asyncio.run(main(store_url, options.turns, options.top, not options.no_requests))

@@ -237,13 +237,13 @@ class RunJournal(BaseCallbackHandler):
         or ``row_interval`` passed (rows ride with events; a flush asks for one with ``row_due``).
         True: the queue is full and this runs on an event loop (the caller may ``await room()``)."""
         recorder = self._recorder
-        items: list[Item] = list(recorder.take())
+        items: Sequence[Item] = recorder.take()
+        if not items and not row_due:
+            return False
         lookup = recorder.resume_lookup
         if lookup is not None and self._resume is None:
             self._resume = ResumeStart(lookup)
             items = [self._resume if item is lookup else item for item in items]
-        if not items and not row_due:
-            return False
         status = recorder.state.status
         row = None
         if status != self._row_status or (
