@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from langchain_core.outputs import ChatGeneration
+
 from run_journal.usage.tokens import TokenUsage, count
 
 if TYPE_CHECKING:
@@ -125,8 +127,6 @@ def _sum(parts: list[TokenUsage]) -> TokenUsage | None:
 
 def extract_usage(response: LLMResult) -> TokenUsage | None:
     """The usage of one model response, summed over every generation; None when nobody reported any."""
-    from langchain_core.outputs import ChatGeneration  # the journal has it loaded; the CLI never needs it
-
     generations = [g for batch in response.generations for g in batch]
     from_messages = [
         from_usage_metadata(reported)
@@ -156,8 +156,6 @@ def extract_usage(response: LLMResult) -> TokenUsage | None:
 
 def model_name_of(response: LLMResult, fallback: str | None) -> str | None:
     """The model that answered: the provider's own report first, then what the call asked for."""
-    from langchain_core.outputs import ChatGeneration
-
     llm_output = response.llm_output
     if llm_output:
         for key in ("model_name", "model"):
@@ -176,8 +174,6 @@ def model_name_of(response: LLMResult, fallback: str | None) -> str | None:
 def provider_of(response: LLMResult, fallback: str | None) -> str | None:
     """The provider the call was made through: what the call said (LangChain's ``ls_provider``, the
     ``fallback``) first, then the message's ``model_provider``."""
-    from langchain_core.outputs import ChatGeneration
-
     if fallback:
         return fallback
     for batch in response.generations:
