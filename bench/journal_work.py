@@ -63,7 +63,8 @@ async def main(url: str, turns: int, top: int, record_requests: bool = True) -> 
 
     async with open_store(url) as store:
         async def turn(index: int) -> None:
-            journal = RunJournal(store, thread_id=f"work-{index}", **({} if record_requests else {"record_requests": False}))
+            options = {} if record_requests else {"record_requests": False}  # older versions lack it
+            journal = RunJournal(store, thread_id=f"work-{index}", **options)
             for name, args, kwargs in recorder.calls:
                 getattr(journal, name)(*args, **kwargs)
             await journal.aclose()
@@ -77,7 +78,8 @@ async def main(url: str, turns: int, top: int, record_requests: bool = True) -> 
     counts.pop((__file__, "turn"), None)
     total = sum(counts.values()) / turns
     ours = sum(n for (path, _), n in counts.items() if "run_journal" in path) / turns
-    print(f"store {url}{'' if record_requests else ', requests off'}: {total:,.0f} bytecodes per turn ({ours:,.0f} in run_journal), "
+    variant = "" if record_requests else ", requests off"
+    print(f"store {url}{variant}: {total:,.0f} bytecodes per turn ({ours:,.0f} in run_journal), "
           f"{len(recorder.calls)} callbacks replayed")
     for (path, name), n in counts.most_common(top):
         print(f"{n / turns:8.0f}  {path.rsplit('/', 2)[-2:][-1]}:{name}")
