@@ -92,12 +92,13 @@ def check_digest(name: str, digest: object) -> str:
     return digest
 
 
-def check_body(body: object) -> Body:
-    """A body a store may write: a ``Body`` of a valid thread id whose digest is its data's sha256
-    and whose data is within ``BODY_LIMIT``."""
+def check_body(body: object, thread_checked: str | None = None) -> Body:
+    """A body a store may write: a ``Body`` of a valid thread id (``thread_checked``: one known to
+    be valid) whose digest is its data's sha256 and whose data is within ``BODY_LIMIT``."""
     if not isinstance(body, Body):
         raise TypeError(f"bodies are Body objects (Body.of(thread_id, value)), got {type(body).__name__}")
-    validate_id("thread_id", body.thread_id)
+    if body.thread_id != thread_checked:
+        validate_id("thread_id", body.thread_id)
     if body.hashed:
         check_size(len(body.data))
         return body
@@ -116,7 +117,9 @@ def check_bodies(bodies: Iterable[Body]) -> tuple[Body, ...]:
     if isinstance(bodies, Body | bytes | str):
         raise TypeError("bodies is a sequence of Body objects, not a single one")
     seen: dict[tuple[str, str], Body] = {}
+    thread_id = None  # the bodies of one write are mostly one thread's: its id is checked once
     for body in bodies:
-        checked = check_body(body)
-        seen.setdefault((checked.thread_id, checked.digest), checked)
+        checked = check_body(body, thread_id)
+        thread_id = checked.thread_id
+        seen.setdefault((thread_id, checked.digest), checked)
     return tuple(seen.values())

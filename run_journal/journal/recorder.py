@@ -298,10 +298,10 @@ class RunRecorder:
             messages: list[BaseMessage] = [HumanMessage(str(prompt)) for prompt in inputs or ()]
         else:
             messages = [m for m in inputs or () if isinstance(m, BaseMessage)]
-        content, _, bodies = builder.build(messages, params)
+        content, bodies = builder.build(messages, params)
         meta = {"caller": call.caller, "llm_call_index": call.index, "llm_run_id": str(run_id),
                 "model_name": call.model, "model_provider": call.provider}
-        fields = (self.thread_id or "pending", self.run_id, "llm.request", "trace", encode(content),
+        fields = (self.thread_id or "pending", self.run_id, "llm.request", "trace", content.text,
                   encode(meta), utc_now(), self.user_id)  # the journal's own fixed keys: nothing to redact
         self._out.append(WithBodies.encoded(bodies, builder.bodies.stored, *fields) if bodies
                          else NewEvent._checked_by_producer(*fields))

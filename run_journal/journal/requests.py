@@ -69,6 +69,14 @@ def link_data(prev: str | None, message: str) -> bytes:
     return b'{"message":"' + message.encode() + b'",' + tail
 
 
+def request_content(messages: str | None, count: int, tools: str | None, params: str) -> Normalized:
+    """The content of ``llm.request`` (digests and a count), its JSON written out directly."""
+    def digest(value: str | None) -> str:
+        return "null" if value is None else f'"{value}"'
+    return Normalized.from_text(f'{{"messages_sha256":{digest(messages)},"message_count":{count},'
+                                f'"tools_sha256":{digest(tools)},"params_sha256":"{params}"}}')
+
+
 _SORTED: Final = json.JSONEncoder(
     ensure_ascii=False, check_circular=False, allow_nan=False, separators=(",", ":"), sort_keys=True,
 ).encode
@@ -136,9 +144,9 @@ class RequestBuilder:
         """A message's redacted payload (the journal's, which it computed for the message's own event)."""
         self.sent: set[str] = set()
 
-    def build(self, messages: Sequence[BaseMessage], params: Mapping[str, Any]
-              ) -> tuple[dict[str, Any], list[str], list[Body]]:
-        """``(content, the digests it names, the bodies to send)`` for one call."""
+    def build(self, messages: Sequence[BaseMessage],
+              params: Mapping[str, Any]) -> tuple[Normalized, list[Body]]:
+        """``(the llm.request content, the bodies to send)`` for one call."""
         thread = self.bodies
         new: list[Body] = []
         with thread.lock:
@@ -169,10 +177,7 @@ class RequestBuilder:
                                                lambda: encode(tool_specs(tools)))
             raw = encode(params_value(params))
             params_digest = self._text_body("p" + raw, new, known, lambda: raw)
-        content = {"messages_sha256": link, "message_count": len(messages), "tools_sha256": tools_digest,
-                   "params_sha256": params_digest}
-        named = [digest for digest in (link, tools_digest, params_digest) if digest is not None]
-        return content, named, new
+        return request_content(link, len(messages), tools_digest, params_digest), new
 
     def _message(self, message: BaseMessage, new: list[Body], known: set[str]) -> str:
         """The message's digest (hashed only when neither this object in this state nor an equal
