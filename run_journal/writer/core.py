@@ -52,7 +52,13 @@ from run_journal.envelope import NewEvent
 from run_journal.runs import RowSnapshot, RunRow
 from run_journal.stores.base import RunEventStore
 from run_journal.writer.loops import running_loop, settled, start_on, writer_thread
-from run_journal.writer.policy import JournalError, JournalStats, RetryPolicy, StoreTimeoutError
+from run_journal.writer.policy import (
+    DEFAULT_RETRY,
+    JournalError,
+    JournalStats,
+    RetryPolicy,
+    StoreTimeoutError,
+)
 from run_journal.writer.sources import (
     OPEN_TIMEOUT,
     GivenStore,
@@ -146,7 +152,7 @@ class EventWriter:
                              ">= 0, store_timeout and open_timeout > 0")
         self.batch_size, self.flush_interval, self.max_pending = batch_size, flush_interval, max_pending
         self.max_flush_delay = max(max_flush_delay, flush_interval)
-        self.retry, self.store_timeout = retry or RetryPolicy(), store_timeout
+        self.retry, self.store_timeout = retry or DEFAULT_RETRY, store_timeout
         self._store_spec, self._open_timeout = store, open_timeout
         self._on_row_stored = on_row_stored
         self._finishers = tuple(finishers)

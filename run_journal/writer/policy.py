@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Final
 
 
 class JournalError(RuntimeError):
@@ -28,6 +29,9 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         return float(min(self.max_delay, self.initial_delay * self.multiplier**attempt))
+
+
+DEFAULT_RETRY: Final = RetryPolicy()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
