@@ -375,3 +375,55 @@ async def test_an_abandoned_call_that_answers_late_writes_nothing_more_and_steal
     events = await run_events(store, thread)
     assert status_of(events) == RunStatus.SUCCESS
     assert [e.event_type for e in events].count("run.end") == 1
+
+
+async def test_a_concurrent_future_awaited_on_its_own_loop_or_from_another_thread() -> None:
+    """``settled`` gives a concurrent future's outcome whether it is settled on the awaiting loop's
+    thread or on another; cancelling the await cancels the future."""
+    import concurrent.futures
+
+    from run_journal.writer.loops import settled
+
+    here: concurrent.futures.Future[int] = concurrent.futures.Future()
+    asyncio.get_running_loop().call_soon(here.set_result, 1)
+    assert await settled(here) == 1
+    there: concurrent.futures.Future[int] = concurrent.futures.Future()
+    threading.Timer(0.01, there.set_exception, (ValueError("from a thread"),)).start()
+    with pytest.raises(ValueError, match="from a thread"):
+        await settled(there)
+    never: concurrent.futures.Future[int] = concurrent.futures.Future()
+    waiting = asyncio.ensure_future(settled(never))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert never.cancelled()
+
+
+async def test_a_coroutine_started_on_its_own_loop_reports_to_a_concurrent_future() -> None:
+    """``start_on`` called on the target loop itself: the outcome reaches the future, and
+    cancelling the future cancels the coroutine."""
+    from run_journal.writer.loops import settled, start_on
+
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    async def fail() -> None:
+        raise LookupError("no")
+
+    started = asyncio.Event()
+
+    async def forever() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    loop = asyncio.get_running_loop()
+    assert await settled(start_on(loop, answer())) == 42
+    with pytest.raises(LookupError):
+        await settled(start_on(loop, fail()))
+    pending = start_on(loop, forever())
+    await started.wait()
+    pending.cancel()
+    await asyncio.sleep(0.01)
+    assert not [task for task in asyncio.all_tasks() if getattr(task.get_coro(), "__name__", "") == "forever"]

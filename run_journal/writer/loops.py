@@ -136,6 +136,8 @@ async def settled(future: concurrent.futures.Future[T]) -> T:
         except asyncio.CancelledError:
             future.cancel()
             raise
+    if future.cancelled():  # by another of its waiters: as asyncio.wrap_future says it
+        raise asyncio.CancelledError
     return future.result()
 
 
