@@ -54,6 +54,8 @@ def variants(before: Any, tmp: Path) -> dict[str, tuple[Any, Any]]:
                                        run_journal.open_store("memory://")),
         "before memory": (before.RunJournal, before.open_store("memory://")),
         "after sqlite": (run_journal.RunJournal, run_journal.open_store(f"sqlite:///{tmp / 'after.db'}")),
+        "after sqlite, requests off": (functools.partial(run_journal.RunJournal, record_requests=False),
+                                       run_journal.open_store(f"sqlite:///{tmp / 'after-off.db'}")),
         "before sqlite": (before.RunJournal, before.open_store(f"sqlite:///{tmp / 'before.db'}")),
     }
 
