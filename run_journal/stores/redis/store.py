@@ -34,7 +34,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import redis.asyncio as aioredis
 
 from run_journal.bodies import Body
-from run_journal.envelope import NewEvent, RunEvent, utc_now
+from run_journal.envelope import NewEvent, RunEvent, dumps, utc_now
 from run_journal.runs import TERMINAL_STATUSES, RunRow, stored_row
 from run_journal.stores.base import (
     CONTRACT_MAJOR,
@@ -364,7 +364,7 @@ class RedisRunEventStore(RunEventStore):
         return decode(thread_id, int(seq), raw) if raw is not None and seq is not None else None
 
     async def _put_run(self, row: RunRow) -> RunRow:
-        row_json = json.dumps(row.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        row_json = dumps(row.to_dict())
         args: list[str | int] = [
             self._prefix, row.run_id, row.thread_id, str(row.status), row_json,
             self._retention.ttl_seconds or 0,
