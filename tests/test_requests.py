@@ -444,3 +444,26 @@ async def test_a_written_request_event_lets_go_of_its_bodies() -> None:
     assert all(getattr(event, "bodies", ()) == () and getattr(event, "stored", None) is None
                for event in requests)
     assert await store.list_bodies("kept")  # what they carried was written
+
+
+async def test_the_digest_caches_keep_a_bounded_amount_of_messages_alive(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process remembers messages (to recognise a checkpointer's copy without hashing it again)
+    only up to ``CACHED_BYTES`` of their bodies: old threads are forgotten, and their requests still
+    resolve from the store."""
+    from run_journal.journal import requests
+    from run_journal.stores.memory import MemoryRunEventStore
+
+    limit = 3_000
+    monkeypatch.setattr(requests, "CACHED_BYTES", limit)
+    store = MemoryRunEventStore()
+    agent = create_agent(ScriptedChatModel([reply("x" * 200) for _ in range(20)]), [],
+                         system_prompt="You answer at length.")
+    for n in range(20):
+        journal = RunJournal(store, thread_id=f"bounded-{n}")
+        question = HumanMessage(f"question {n} " + "y" * 200)
+        await agent.ainvoke({"messages": [question]}, {"callbacks": [journal]})
+        await journal.aclose()
+    assert 0 < requests.REGISTRY.held() <= 2 * limit
+    for n in (0, 19):
+        assert await request_problems(store, f"bounded-{n}") == []

@@ -42,6 +42,9 @@ MESSAGE_LIMIT: Final = CONTENT_LIMITS[Category.MESSAGE]
 """Bytes of a message body at most (a longer message is cut as an event's content is)."""
 CACHED_MESSAGES: Final = 20_000
 """Message digests one thread keeps (then the cache starts over: messages are hashed again)."""
+CACHED_BYTES: Final = 64 * 1024 * 1024
+"""The messages the process keeps for its digest caches, in bytes of their bodies: one thread's cache
+starts over past it, and the least recently used threads are forgotten while all of them hold more."""
 CACHED_LINKS: Final = 50_000
 CACHED_THREADS: Final = 128
 """Threads whose bodies the process remembers (least recently used ones are forgotten)."""
@@ -120,8 +123,11 @@ class ThreadBodies:
         self.thread_id = thread_id
         self.lock = threading.Lock()
         self.acknowledged: set[str] = set()
-        self.by_object: dict[int, tuple[BaseMessage, MessageKey, str]] = {}
-        self.by_id: dict[str, tuple[BaseMessage, MessageKey, str]] = {}
+        self.by_object: dict[int, tuple[BaseMessage, MessageKey, str, int]] = {}
+        self.by_id: dict[str, tuple[BaseMessage, MessageKey, str, int]] = {}
+        """(message, its key, its digest, the size of its body) by object and by message id."""
+        self.held = 0
+        """Bytes of the bodies of the messages the caches above keep alive."""
         self.links: dict[tuple[str | None, str], str] = {}
         self.texts: dict[str, Body] = {}
         """Encoded tools or parameters -> their body."""
@@ -193,25 +199,28 @@ class RequestBuilder:
             copy = thread.by_id.get(message_id) if message_id is not None else None
             if copy is not None and copy[1] == key and copy[0] is not message and copy[0] == message:
                 digest = copy[2]  # a checkpointer's copy of a message hashed before
-                self._remember(message, key, digest)
+                self._remember(message, key, digest, copy[3])
         if digest and (digest in known or digest in self.sent):
             return digest
         body = message_body(thread.thread_id, self.payload_of(message, key))
         if not digest:
             digest = body.digest
-            self._remember(message, key, digest)
+            self._remember(message, key, digest, len(body.data))
         self.sent.add(digest)
         new.append(body)
         return digest
 
-    def _remember(self, message: BaseMessage, key: MessageKey, digest: str) -> None:
+    def _remember(self, message: BaseMessage, key: MessageKey, digest: str, size: int) -> None:
         thread = self.bodies
-        if len(thread.by_object) >= CACHED_MESSAGES:
+        if len(thread.by_object) >= CACHED_MESSAGES or thread.held + size > CACHED_BYTES:
             thread.by_object.clear()
             thread.by_id.clear()
-        thread.by_object[id(message)] = (message, key, digest)
+            thread.held = 0
+        entry = (message, key, digest, size)
+        thread.by_object[id(message)] = entry
+        thread.held += size
         if isinstance(message.id, str) and message.id:
-            thread.by_id[message.id] = (message, key, digest)
+            thread.by_id[message.id] = entry
 
     def _text_body(self, key: str, new: list[Body], known: set[str], text: Callable[[], str]) -> str:
         """The body of the tools or the parameters, cached by their encoded form."""
@@ -261,9 +270,15 @@ class _Registry:
             if owner is not None:
                 found.owner = weakref.ref(owner)
             self._threads[key] = found
-            if len(self._threads) > CACHED_THREADS:
-                self._threads.popitem(last=False)
+            held = sum(thread.held for thread in self._threads.values())
+            while len(self._threads) > CACHED_THREADS or (held > CACHED_BYTES and len(self._threads) > 1):
+                held -= self._threads.popitem(last=False)[1].held
             return found
+
+    def held(self) -> int:
+        """Bytes of message bodies the remembered threads keep alive (see ``CACHED_BYTES``)."""
+        with self._lock:
+            return sum(thread.held for thread in self._threads.values())
 
 
 REGISTRY: Final = _Registry()
