@@ -25,8 +25,10 @@ import uuid
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from run_journal import RunEventStore, open_store
 
@@ -273,3 +275,24 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
         return CliResult(code, captured.out, captured.err)
 
     return call
+
+
+# -- one store per backend holding every kind of recorded run (tests/_recorded_runs.py) ------------
+CLI_BACKENDS = tuple(backend for backend in BACKENDS if backend != "memory")
+"""The backends another process (the command line) can open by URL."""
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def recorded_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A module's store URL on each backend (made outside any loop: the servers are set up)."""
+    return backend_url(request.param, request, tmp_path_factory)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared(recorded_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
+    """One store per backend holding every kind of recorded run, for a module's read-only tests:
+    ``(store, Recorded)``."""
+    from _recorded_runs import record_runs  # the agents it records load only for the modules using it
+
+    async with open_store(recorded_url) as store:
+        yield store, await record_runs(store, tmp_path_factory.mktemp("workspace"))

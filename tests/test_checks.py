@@ -6,15 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 import xmlschema
 from _recorded_runs import Recorded, Shared, record_runs, record_weather
-from conftest import BACKENDS, backend_url
+from conftest import CLI_BACKENDS, backend_url
 
 from run_journal import RunEventStore, open_store
 from run_journal.checks import (
@@ -35,7 +33,6 @@ from run_journal.envelope import RunEvent
 from run_journal.trajectory import read_trajectory
 
 JUNIT_SCHEMA = Path(__file__).parent / "schemas" / "junit-10.xsd"
-CLI_BACKENDS = ("jsonl", "sqlite", "postgres", "redis")
 """``memory://`` is empty in every new ``open_store``: the command line has nothing to read there."""
 
 # (run, check, value, passes): every check kind passes on some recorded run and fails on another.
@@ -116,16 +113,6 @@ TABLE: list[tuple[str, str, Any, bool]] = [
 ]
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
-def shared_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    return backend_url(request.param, request, tmp_path_factory)  # outside any loop: servers set up
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def shared(shared_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Shared]:
-    """One store per backend holding every kind of recorded run, for the module's read-only tests."""
-    async with open_store(shared_url) as store:
-        yield store, await record_runs(store, tmp_path_factory.mktemp("workspace"))
 
 
 def test_the_table_passes_and_fails_every_check_kind() -> None:

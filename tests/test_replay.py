@@ -35,7 +35,7 @@ from _recorded_runs import (
     search,
     write_file,
 )
-from conftest import BACKENDS, backend_url
+from conftest import CLI_BACKENDS, backend_url
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
     HumanInTheLoopMiddleware,
@@ -60,7 +60,6 @@ from run_journal.replay import (
 )
 from run_journal.testing import ScriptedChatModel, assert_replays
 
-CLI_BACKENDS = ("jsonl", "sqlite", "postgres", "redis")
 HISTORY = [HumanMessage("hi"), AIMessage("hello"), HumanMessage("how are you"), AIMessage("fine"),
            HumanMessage("what is 1+2")]
 """The middleware run's input: a conversation long enough to be summarized."""
@@ -155,14 +154,10 @@ async def record_supervised(store: RunEventStore) -> str:
     return await record(store, supervisor_graph(lead, research, math), "supervised", ask("go"))
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
-def shared_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    return backend_url(request.param, request, tmp_path_factory)  # outside any loop: servers set up
-
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def runs(shared_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Runs]:
-    async with open_store(shared_url) as store:
+async def runs(recorded_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Runs]:
+    async with open_store(recorded_url) as store:
         recorded = await record_runs(store, tmp_path_factory.mktemp("workspace"))
         yield Runs(store, recorded, await record_streamed(store), await record_supervised(store))
 

@@ -6,33 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from _recorded_runs import MODEL, Recorded, Shared, record_runs
-from conftest import BACKENDS, backend_url
+from conftest import CLI_BACKENDS, backend_url
 
 from run_journal import NewEvent, RunRow, UsageTotals, open_store, usage_trend
 from run_journal.projections import reconcile_orphans
 from run_journal.stores.base import RunEventStore
 from run_journal.trends import usage_by
-
-CLI_BACKENDS = [backend for backend in BACKENDS if backend != "memory"]
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def shared_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    return backend_url(request.param, request, tmp_path_factory)  # outside any loop: servers set up
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def shared(shared_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Shared]:
-    async with open_store(shared_url) as store:
-        yield store, await record_runs(store, tmp_path_factory.mktemp("workspace"))
 
 
 async def found(store: RunEventStore, **filters: Any) -> set[str]:

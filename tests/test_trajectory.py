@@ -6,24 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from _recorded_runs import (
     WEATHER_SCRIPT,
     Recorded,
     Shared,
     calls,
     record,
-    record_runs,
     record_weather,
     said,
 )
 from agentevals.trajectory.match import create_trajectory_match_evaluator
-from conftest import BACKENDS, backend_url
+from conftest import CLI_BACKENDS, backend_url
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
@@ -40,20 +37,6 @@ from run_journal.trajectory import (
     build_trajectory,
 )
 from run_journal.trajectory.compare import excerpt, first_difference
-
-CLI_BACKENDS = ("jsonl", "sqlite", "postgres", "redis")
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def shared_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    return backend_url(request.param, request, tmp_path_factory)  # outside any loop: servers set up
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def shared(shared_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Shared]:
-    """One store per backend holding every kind of recorded run, for the module's read-only tests."""
-    async with open_store(shared_url) as store:
-        yield store, await record_runs(store, tmp_path_factory.mktemp("workspace"))
 
 
 async def read(store: RunEventStore, recorded: Recorded, name: str) -> Trajectory:
