@@ -13,15 +13,8 @@ import pytest
 
 from run_journal import open_store
 
-from .conftest import REQUIRE, Served
-from .test_viewer import open_view, shot
-
-try:
-    from playwright.async_api import expect
-except ImportError:
-    if REQUIRE:  # CI installs it (dev extra): a missing Playwright there is a failure, not a skip
-        raise
-    pytest.skip("playwright is not installed (pip install -e '.[dev]')", allow_module_level=True)
+from .conftest import Served
+from .test_viewer import expect, open_view, shot  # a missing Playwright skips (or fails) there
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
