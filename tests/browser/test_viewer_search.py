@@ -40,11 +40,13 @@ async def test_the_runs_page_filters_runs_of_every_thread_newest_first(
     await page.click('#run-filters button[type="submit"]')
     await expect(page.locator("#all-runs tbody tr")).to_have_count(1)
     assert await page.locator("#all-runs tbody tr").get_attribute("data-run") == "tool-turn"
+    with_model_calls = [run for run in newest_first
+                        if run not in {"ten-thousand", "fails", "refund-asks"}]  # no model call in those
     await page.goto(server.url + "#/runs?range=1d&model=fake-gpt")
-    await page.wait_for_selector("#all-runs tbody tr")
+    # the previous filter's one row stays on screen until this query's rows replace it
+    await expect(page.locator("#all-runs tbody tr")).to_have_count(len(with_model_calls))
     recent = await page.locator("#all-runs tbody tr").evaluate_all("rows => rows.map(r => r.dataset.run)")
-    assert recent == [run for run in newest_first
-                      if run not in {"ten-thousand", "fails", "refund-asks"}]  # no model call in those
+    assert recent == with_model_calls
     assert await page.locator('#run-filters select[name="range"]').input_value() == "1d"
     await page.goto(server.url + "#/runs?text=sku-9")
     await expect(page.locator("#all-runs tbody tr")).to_have_count(1)
