@@ -467,3 +467,8 @@ async def test_the_digest_caches_keep_a_bounded_amount_of_messages_alive(
     assert 0 < requests.REGISTRY.held() <= 2 * limit
     for n in (0, 19):
         assert await request_problems(store, f"bounded-{n}") == []
+    # the count is kept as threads change, not summed: once every other thread is forgotten, only
+    # the one thread left (which has hashed nothing yet) counts, so it is exactly zero
+    monkeypatch.setattr(requests, "CACHED_THREADS", 1)
+    requests.REGISTRY.get(("held", id(store)), None, "bounded-last", redact_secrets)
+    assert requests.REGISTRY.held() == 0

@@ -128,10 +128,23 @@ class ThreadBodies:
         """(message, its key, its digest, the size of its body) by object and by message id."""
         self.held = 0
         """Bytes of the bodies of the messages the caches above keep alive."""
+        self.budget: _Budget | None = None
+        """The process's count of such bytes, while the registry remembers this thread."""
         self.links: dict[tuple[str | None, str], str] = {}
         self.texts: dict[str, Body] = {}
         """Encoded tools or parameters -> their body."""
         self.owner: weakref.ref[Any] | None = None
+
+    def hold(self, size: int) -> None:
+        """Under ``lock``: the caches keep ``size`` more bytes of bodies alive (less, when negative)."""
+        budget = self.budget
+        if budget is None:
+            self.held += size
+            return
+        with budget.lock:
+            if self.budget is budget:
+                budget.held += size
+            self.held += size
 
     def stored(self, digests: Sequence[str]) -> None:
         """The store holds these bodies now (the writer tells, once it wrote them)."""
@@ -215,10 +228,10 @@ class RequestBuilder:
         if len(thread.by_object) >= CACHED_MESSAGES or thread.held + size > CACHED_BYTES:
             thread.by_object.clear()
             thread.by_id.clear()
-            thread.held = 0
+            thread.hold(-thread.held)
         entry = (message, key, digest, size)
         thread.by_object[id(message)] = entry
-        thread.held += size
+        thread.hold(size)
         if isinstance(message.id, str) and message.id:
             thread.by_id[message.id] = entry
 
@@ -249,6 +262,28 @@ _TEXT_BODIES: Final[dict[tuple[str, int], Body]] = {}
 """The process's tool lists and parameter sets: (encoded text, redactor) -> their body (of no thread)."""
 
 
+class _Budget:
+    """The bytes of message bodies the registry's threads keep alive, kept as they change (their
+    ``hold``), so that checking it against ``CACHED_BYTES`` costs nothing per journal.
+
+    Lock order: a thread's lock, then this one's; the registry's lock, then this one's."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held = 0
+
+    def add(self, thread: ThreadBodies) -> None:
+        with self.lock:
+            thread.budget = self
+            self.held += thread.held
+
+    def release(self, thread: ThreadBodies) -> None:
+        with self.lock:
+            if thread.budget is self:
+                thread.budget = None
+                self.held -= thread.held
+
+
 class _Registry:
     """The process's :class:`ThreadBodies`, by store and thread (least recently used forgotten)."""
 
@@ -256,6 +291,7 @@ class _Registry:
         self._lock = threading.Lock()
         self._threads: collections.OrderedDict[tuple[Hashable, str, int], ThreadBodies] = \
             collections.OrderedDict()
+        self._budget = _Budget()
 
     def get(self, store_key: Hashable | None, owner: Any, thread_id: str, redact: Redactor) -> ThreadBodies:
         if store_key is None:
@@ -269,16 +305,21 @@ class _Registry:
             found = ThreadBodies(thread_id)
             if owner is not None:
                 found.owner = weakref.ref(owner)
+            budget = self._budget
+            budget.add(found)
+            replaced = self._threads.pop(key, None)
+            if replaced is not None:
+                budget.release(replaced)
             self._threads[key] = found
-            held = sum(thread.held for thread in self._threads.values())
-            while len(self._threads) > CACHED_THREADS or (held > CACHED_BYTES and len(self._threads) > 1):
-                held -= self._threads.popitem(last=False)[1].held
+            threads = self._threads
+            while len(threads) > CACHED_THREADS or (budget.held > CACHED_BYTES and len(threads) > 1):
+                budget.release(threads.popitem(last=False)[1])
             return found
 
     def held(self) -> int:
         """Bytes of message bodies the remembered threads keep alive (see ``CACHED_BYTES``)."""
-        with self._lock:
-            return sum(thread.held for thread in self._threads.values())
+        with self._budget.lock:
+            return self._budget.held
 
 
 REGISTRY: Final = _Registry()
