@@ -472,3 +472,26 @@ async def test_the_digest_caches_keep_a_bounded_amount_of_messages_alive(
     monkeypatch.setattr(requests, "CACHED_THREADS", 1)
     requests.REGISTRY.get(("held", id(store)), None, "bounded-last", redact_secrets)
     assert requests.REGISTRY.held() == 0
+
+
+async def test_threads_that_keep_growing_stay_within_the_cache_budget_together(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No new thread is opened, so nothing is forgotten at a journal's start: the budget holds as
+    messages are remembered (the threads used longest ago give way)."""
+    from run_journal.journal import requests
+    from run_journal.stores.memory import MemoryRunEventStore
+
+    limit = 3_000
+    monkeypatch.setattr(requests, "CACHED_BYTES", limit)
+    store = MemoryRunEventStore()
+    agent = create_agent(ScriptedChatModel([reply("x" * 200) for _ in range(24)]), [])
+    most = 0
+    for n in range(24):
+        journal = RunJournal(store, thread_id=f"growing-{n % 2}")
+        await agent.ainvoke({"messages": [HumanMessage(f"question {n} " + "y" * 200)]},
+                            {"callbacks": [journal]})
+        await journal.aclose()
+        most = max(most, requests.REGISTRY.held())
+    assert limit // 2 < most <= limit + 500  # one message's body past it, while it is remembered
+    for thread_id in ("growing-0", "growing-1"):
+        assert await request_problems(store, thread_id) == []

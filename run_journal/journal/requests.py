@@ -234,6 +234,9 @@ class RequestBuilder:
         thread.hold(size)
         if isinstance(message.id, str) and message.id:
             thread.by_id[message.id] = entry
+        budget = thread.budget
+        if budget is not None and budget.held > CACHED_BYTES:
+            REGISTRY.trim(thread)
 
     def _text_body(self, key: str, new: list[Body], known: set[str], text: Callable[[], str]) -> str:
         """The body of the tools or the parameters, cached by their encoded form."""
@@ -264,9 +267,9 @@ _TEXT_BODIES: Final[dict[tuple[str, int], Body]] = {}
 
 class _Budget:
     """The bytes of message bodies the registry's threads keep alive, kept as they change (their
-    ``hold``), so that checking it against ``CACHED_BYTES`` costs nothing per journal.
+    ``hold``), so that checking it against ``CACHED_BYTES`` costs nothing per message.
 
-    Lock order: a thread's lock, then this one's; the registry's lock, then this one's."""
+    Lock order: a thread's lock, then the registry's, then this one's."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -315,6 +318,17 @@ class _Registry:
             while len(threads) > CACHED_THREADS or (budget.held > CACHED_BYTES and len(threads) > 1):
                 budget.release(threads.popitem(last=False)[1])
             return found
+
+    def trim(self, active: ThreadBodies) -> None:
+        """Forget the least recently used threads but ``active`` while they all keep more than
+        ``CACHED_BYTES`` alive (``active``'s lock held: a thread's lock, then the registry's)."""
+        with self._lock:
+            threads, budget = self._threads, self._budget
+            for key in list(threads):
+                if budget.held <= CACHED_BYTES:
+                    break
+                if threads[key] is not active:
+                    budget.release(threads.pop(key))
 
     def held(self) -> int:
         """Bytes of message bodies the remembered threads keep alive (see ``CACHED_BYTES``)."""
