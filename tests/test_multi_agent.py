@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from _agent_tools import add, web_search
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
-from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph_supervisor import create_supervisor
 from langgraph_swarm import create_handoff_tool, create_swarm
@@ -27,18 +27,6 @@ from run_journal.testing import ScriptedChatModel, reply
 
 def model(*replies: AIMessage) -> ScriptedChatModel:
     return ScriptedChatModel(replies)
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
-
-
-@tool
-def web_search(query: str) -> str:
-    """Search the web."""
-    return f"results for {query}"
 
 
 def supervisor_graph() -> Any:

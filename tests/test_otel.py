@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _agent_tools import add, web_search
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware, SummarizationMiddleware
 from langchain_core.messages import AIMessage, HumanMessage
@@ -54,18 +55,6 @@ def said(text: str, tokens: int = 10, model: str = "gpt-4o-mini", **fields: Any)
 
 def calls(name: str, call_id: str, tokens: int = 10, **args: Any) -> AIMessage:
     return said("", tokens, tool_calls=[{"name": name, "args": args, "id": call_id, "type": "tool_call"}])
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
-
-
-@tool
-def web_search(query: str) -> str:
-    """Search the web."""
-    return f"results for {query}"
 
 
 @tool

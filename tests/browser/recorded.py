@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from _agent_tools import add, web_search
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, SystemMessage
@@ -167,18 +168,6 @@ async def failed(store: RunEventStore) -> str:
 
 
 # -- a supervisor and two named agents -------------------------------------------------------------------
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
-
-
-@tool
-def web_search(query: str) -> str:
-    """Search the web."""
-    return f"results for {query}"
-
-
 async def supervised(store: RunEventStore) -> str:
     research = create_agent(
         ScriptedModel(messages=iter([reply("", ("web_search", {"query": "FAANG headcount"}, "r1")),
