@@ -522,7 +522,7 @@ async def test_a_sensitive_file_reaches_no_store_with_a_hash(tmp_path: Path, sto
     """Through a journaled run on every backend: the file is listed, its content and its hashes
     (plain and keyed) are in no stored event."""
     journal = pytest.importorskip("run_journal.journal").RunJournal(store, thread_id="ws-secret")
-    write(tmp_path / ".env", "API_KEY=abcd\n")
+    write(tmp_path / ".env", "API_KEY=pqrs\n")  # no hex digits: an id cannot hold it by chance
     write(tmp_path / "notes.md", "one\n")
     rotated = b"API_KEY=wxyz\n"
 
@@ -550,7 +550,7 @@ async def test_a_sensitive_file_reaches_no_store_with_a_hash(tmp_path: Path, sto
     assert (files[".env"]["status"], files[".env"]["size_after"], files[".env"]["sha256_after"]) == (
         "modified", len(rotated), None)
     assert files["notes.md"]["sha256_after"] is not None  # ordinary files keep theirs
-    for text in ("abcd", "wxyz", hashlib.sha256(b"API_KEY=abcd\n").hexdigest(),
+    for text in ("pqrs", "wxyz", hashlib.sha256(b"API_KEY=pqrs\n").hexdigest(),
                  hashlib.sha256(rotated).hexdigest(), str(after.files[(str(tmp_path), ".env")].fingerprint)):
         assert text not in stored
 
