@@ -486,7 +486,15 @@ def test_the_replay_command_exits_0_same_1_diverged_2_usage(cli: Any, cli_url: s
         async with open_store(cli_url) as store:
             return await record_weather(store, tmp_path / "workspace")
 
+    async def cost_of(url: str, run_id: str) -> float | None:
+        async with open_store(url) as store:
+            row = await store.get_run(run_id)
+            assert row is not None
+            return row.usage.cost_usd
+
     run_id = asyncio.run(recorded_weather())
+    recorded_cost = asyncio.run(cost_of(cli_url, run_id))
+    assert recorded_cost is not None
     (tmp_path / "my_graphs.py").write_text(GRAPHS, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     same = cli(cli_url, "replay", run_id[:8], "--graph", "my_graphs:weather")
@@ -512,6 +520,14 @@ def test_the_replay_command_exits_0_same_1_diverged_2_usage(cli: Any, cli_url: s
     assert json.loads(as_json.out)["same"] is True
     by_path = cli(cli_url, "replay", run_id, "--graph", f"{tmp_path / 'my_graphs.py'}:weather")
     assert by_path.code == 0, by_path.err
+    (tmp_path / "prices.json").write_text(json.dumps(PRICING), encoding="utf-8")
+    priced_into = f"sqlite:///{tmp_path / 'priced.db'}"
+    for priced, cost in [([], None), (["--pricing", str(tmp_path / "prices.json")], recorded_cost)]:
+        done = cli(cli_url, "replay", run_id, "--graph", "my_graphs:weather", "--into", priced_into,
+                   "--json", *priced)
+        assert done.code == 0, done.err
+        replayed = json.loads(done.out)["runs"][0]["replayed_run_id"]
+        assert asyncio.run(cost_of(priced_into, replayed)) == cost  # fake-gpt: only the table prices it
     for wrong, said_what in [
         (["--graph", "my_graphs"], "--graph takes MODULE:FACTORY"),
         (["--graph", "no_such_module:weather"], "cannot import no_such_module"),

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from run_journal.cli.common import CliError, blamed, emit, emit_json, require_thread, resolve_run
 from run_journal.cli.diff import comparison_lines
+from run_journal.cli.reprice import load_pricing
 from run_journal.stores.base import RunEventStore
 from run_journal.stores.urls import display_url, open_store
 from run_journal.writer import JournalError
@@ -53,6 +54,9 @@ def add_replay_command(sub: Any) -> None:
     replay.add_argument("--stream", action="store_true", help="run the graph with astream (models stream)")
     replay.add_argument("--ignore", action="append", default=[], metavar="FIELD",
                         help="leave a field out of the comparison (repeatable)")
+    replay.add_argument("--pricing", type=Path, metavar="FILE",
+                        help="the JSON pricing table the recording used ({model: {input, output, ...}}, "
+                             "USD per million tokens): the replay's costs come from it too")
     replay.add_argument("--json", action="store_true", help="the result as one JSON object")
     replay.add_argument("--full-ids", action="store_true", help="whole run ids")
 
@@ -122,7 +126,8 @@ async def cmd_replay(store: RunEventStore, args: argparse.Namespace, out: TextIO
                            f"{error}", code=USAGE) from error
 
     options: dict[str, Any] = {"match": args.match, "strict": not args.lenient, "ignore": args.ignore,
-                               "whole_thread": args.whole_thread, "stream": args.stream}
+                               "whole_thread": args.whole_thread, "stream": args.stream,
+                               "pricing": load_pricing(args.pricing) if args.pricing else None}
     if inputs is not NO_INPUT_GIVEN:
         options["inputs"] = inputs
     into = open_store(args.into)
