@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from _agent_tools import add
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
     HumanInTheLoopMiddleware,
@@ -82,12 +83,6 @@ def write_file(path: str, text: str) -> str:
     """Write a text file in the workspace."""
     (WORKSPACE[-1] / path).write_text(text, encoding="utf-8")
     return f"wrote {len(text)} characters to {path}"
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
 
 
 @tool
