@@ -2,7 +2,8 @@
 
 A long conversation sends the model the same messages and tool schemas on every call. Storing each
 request whole would grow with calls times history; a ``Body`` lets a store keep each distinct value
-once per thread, and an event name it by its ``digest`` (listed in ``metadata["bodies"]``). The
+once per thread, and an event name it by its ``digest`` (``llm.request`` in its content, other
+events listed in ``metadata["bodies"]``, which ``check_integrity`` verifies). The
 bytes are the value's canonical JSON (normalized as event payloads are, keys sorted), so the same
 value gives the same digest in any process, and a later run of the thread finds what an earlier one
 stored. Stores write bodies in the same step as the events that reference them
