@@ -17,6 +17,7 @@ from langchain_core.tools import tool
 
 from run_journal import RunJournal, open_store
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the shared test tools
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recorded import PRICING, reply, tool_loop  # type: ignore[import-not-found]  # a script: found beside it
 
