@@ -409,7 +409,10 @@ async def test_a_run_is_one_store_call_even_when_the_store_and_the_runs_are_slow
         graph.add_edge(START, "agent")
         return graph.compile()
 
-    journals = [RunJournal(counting, thread_id=f"one-call-{n}") for n in range(20)]  # type: ignore[arg-type]  # a proxy
+    # a quiet second (the default flush_interval) can pass inside a run when CI starves the loop: the
+    # timer is set well past the runs, so only a split that does not wait for it would fail here
+    journals = [RunJournal(counting, thread_id=f"one-call-{n}", flush_interval=5.0, max_flush_delay=20.0)  # type: ignore[arg-type]  # a proxy
+                for n in range(20)]
     await asyncio.gather(*(slow_graph().ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
                            for journal in journals))
     await asyncio.gather(*(journal.aclose() for journal in journals))
