@@ -7,8 +7,10 @@ import traceback
 from typing import Any
 
 import pytest
+from _agent_tools import add
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from run_journal import normalization
@@ -17,6 +19,7 @@ from run_journal.journal import payloads as p
 from run_journal.normalization import encode
 from run_journal.redact import redact_secrets
 from run_journal.runs import UsageTotals
+from run_journal.testing import ScriptedChatModel, capture_run, reply
 from run_journal.usage import RunTally, TokenUsage
 
 _text = st.text(max_size=40)  # any code point, lone surrogates included
@@ -84,6 +87,28 @@ def test_a_message_payload_is_the_redacted_compact_dump() -> None:
     assert payload.value["type"] == "ai"
     assert payload.value["tool_calls"][0]["args"] == {"password": "[redacted]", "q": 1}
     assert set(payload.value) == set(dumped) | {"type"}
+
+
+def _hide_names(value: Any) -> Any:
+    """A redactor of a user's own: every caller and tool name hidden, at any depth."""
+    if isinstance(value, dict):
+        return {key: "hidden" if key in ("caller", "tool_name") else _hide_names(item)
+                for key, item in value.items()}
+    return [_hide_names(item) for item in value] if isinstance(value, list) else value
+
+
+async def test_a_redactor_of_the_users_sees_every_payload_the_journals_own_values_too() -> None:
+    """``redact=`` receives each event's content and metadata (docs/journal.md): the ids, names and
+    counts the journal writes itself skip the scan only with the built-in redactors."""
+    agent = create_agent(ScriptedChatModel([reply(tool_calls=[("add", {"a": 1, "b": 2}, "c1")]),
+                                            reply("it is 3")]), [add])
+    async with capture_run(redact=_hide_names) as run:
+        await agent.ainvoke({"messages": [("user", "1+2?")]}, run.config)
+    assert run.status == "success"
+    callers = {event.event_type: event.metadata.get("caller") for event in run.events}
+    assert set(callers.values()) == {"hidden"}, callers
+    for event in run.of_type("tool.call", "tool.outcome", "llm.tool.result"):
+        assert event.content.get("tool_name", "hidden") == "hidden", event.event_type  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("pricing", [None, {"m1": {"input": 1.0, "output": 2.0}}])

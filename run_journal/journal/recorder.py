@@ -37,7 +37,7 @@ from run_journal.journal.requests import REGISTRY, MessageKey, RequestBuilder, m
 from run_journal.journal.state import LlmCall, MiddlewareHook, NestedAgent, RunState, Scope, ToolRun
 from run_journal.journal.subagents import subagent_run_event
 from run_journal.normalization import encode
-from run_journal.redact import Redactor, redacted_string, redacted_text
+from run_journal.redact import Redactor, no_redaction, redact_secrets, redacted_string, redacted_text
 from run_journal.runs import TERMINAL_STATUSES, RowSnapshot, RunRow, RunStatus
 from run_journal.usage.reading import extract_usage, model_name_of, provider_of, usage_from_mapping
 from run_journal.usage.tally import PricingOption, RunTally, cap_text
@@ -257,7 +257,8 @@ class RunRecorder:
         agent = scope.agent if scope is not None and scope.agent is not None else state.lead_agent_name
         call_id = via[0] if via is not None and via[1] == agent else None
         content = {"from_agent": previous, "to_agent": caller, "tool_call_id": call_id}
-        self._emit("agent.handoff", own(content), own({"caller": caller, "tool_call_id": call_id}))
+        self._emit("agent.handoff", self._own(content),
+                   self._own({"caller": caller, "tool_call_id": call_id}))
 
     # -- models ------------------------------------------------------------------------------------
     def model_start(self, run_id: uuid.UUID, parent_run_id: uuid.UUID | None, kind: str, inputs: Any,
@@ -302,7 +303,7 @@ class RunRecorder:
         meta = {"caller": call.caller, "llm_call_index": call.index, "llm_run_id": str(run_id),
                 "model_name": call.model, "model_provider": call.provider}
         fields = (self.thread_id or "pending", self.run_id, "llm.request", "trace", content.text,
-                  encode(meta), utc_now(), self.user_id)  # the journal's own fixed keys: nothing to redact
+                  self._own(meta).text, utc_now(), self.user_id)
         self._out.append(WithBodies.encoded(bodies, builder.bodies.stored, *fields) if bodies
                          else NewEvent._checked_by_producer(*fields))
 
@@ -332,7 +333,7 @@ class RunRecorder:
         meta = {"caller": call.caller, "llm_call_index": call.index, "model_name": call.model}
         self.tally.add_llm_error(call.caller, call.model)
         self.changed = True
-        self._emit("llm.error", p.error_content(error, with_traceback=False), own(meta))
+        self._emit("llm.error", p.error_content(error, with_traceback=False), self._own(meta))
         if run_id == state.root:
             self._fail_root(error)
 
@@ -511,7 +512,7 @@ class RunRecorder:
               category: str | None = None, *, created_at: datetime | None = None) -> None:
         """Every event goes out through here: its content and metadata normalized and redacted (one
         pass over each), then the envelope's caps. A ``Normalized`` payload is written as it is: a
-        message payload was redacted when it was built, and :func:`own` values hold nothing to redact.
+        message payload was redacted when it was built, and :meth:`_own` values were redacted as needed.
         """
         if category is None:
             category = EVENTS[event_type].category
@@ -528,6 +529,15 @@ class RunRecorder:
     def _redacted_json(self, value: Any) -> str:
         """The one redaction pass over a payload's canonical JSON."""
         return redacted_text(encode(value), self.redact)
+
+    def _own(self, value: Mapping[str, Any]) -> Normalized:
+        """The journal's own values (ids, names, counts, digests, and texts redacted already): the
+        built-in redactors find nothing in them, so they are not scanned; a redactor of the user's
+        sees them as it sees every payload."""
+        text = encode(value)
+        if self.redact is not redact_secrets and self.redact is not no_redaction:
+            text = redacted_text(text, self.redact)
+        return Normalized.from_text(text)
 
     def _message_payload(self, message: BaseMessage, key: MessageKey | None = None) -> Normalized:
         """A message's redacted, normalized payload, computed once per message id per run (again
@@ -584,7 +594,7 @@ class RunRecorder:
             self.tally.messages += 1
             self.tally.first_human = cap_text(redacted_string(p.message_text(human), self.redact))
             self._emit("llm.human.input", self._message_payload(human),
-                       own({"caller": state.caller, "message_id": human.id}))
+                       self._own({"caller": state.caller, "message_id": human.id}))
 
     def _llm_response(self, call: LlmCall, response: LLMResult) -> tuple[BaseMessage | None, BaseMessage]:
         """``llm.ai.response`` (and a ``tool.call`` per call it asks for); returns the chat message,
@@ -613,7 +623,7 @@ class RunRecorder:
         tool_calls = getattr(message, "tool_calls", None) or []
         if tool_calls and not text and all(self._is_handoff(c.get("name")) for c in tool_calls):
             meta["handoff"] = True  # routing between agents, not a reply: out of thread history
-        self._emit("llm.ai.response", self._message_payload(message), own(meta))
+        self._emit("llm.ai.response", self._message_payload(message), self._own(meta))
         for tool_call in tool_calls:
             call_id = tool_call.get("id")
             if not isinstance(call_id, str) or not call_id:
@@ -623,9 +633,9 @@ class RunRecorder:
             self.state.open_calls[call_id] = (name, call.caller)
             self._emit(  # the preview is redacted already
                 "tool.call",
-                own({"tool_call_id": call_id, "tool_name": name, "args_preview": preview,
+                self._own({"tool_call_id": call_id, "tool_name": name, "args_preview": preview,
                      "args_truncated": cut}),
-                own({"caller": call.caller, "tool_call_id": call_id, "llm_call_index": call.index}),
+                self._own({"caller": call.caller, "tool_call_id": call_id, "llm_call_index": call.index}),
             )
         return chat, message
 
@@ -650,7 +660,7 @@ class RunRecorder:
                 "status": message.status}
         if call_id in state.handoff_calls or self._is_handoff(message.name or tool_name):
             meta["handoff"] = True
-        self._emit("llm.tool.result", self._message_payload(message), own(meta))
+        self._emit("llm.tool.result", self._message_payload(message), self._own(meta))
 
     def _is_handoff(self, tool_name: Any) -> bool:
         """A tool that hands the turn to another agent: one seen with ``__handoff_destination``
@@ -671,8 +681,9 @@ class RunRecorder:
         duration = None if tool is None else int((time.monotonic() - tool.started) * 1000)
         content = {"tool_call_id": call_id, "tool_name": name, "outcome": outcome,
                    "duration_ms": duration, **extra}
-        self._emit("tool.outcome", content if outcome == "error" else own(content),  # an error's words
-                   own({"caller": caller, "tool_call_id": call_id}))
+        self._emit("tool.outcome",
+                   content if outcome == "error" else self._own(content),  # an error's words: scanned
+                   self._own({"caller": caller, "tool_call_id": call_id}))
 
     def _close_open_work(self, *, missing: bool) -> None:
         """Before a terminal event: settle failed tool tries, close unfinished subagent tasks and
@@ -695,7 +706,7 @@ class RunRecorder:
         self.changed = True
         duration = int((time.monotonic() - state.started_mono) * 1000)
         meta = {"status": status.value, "duration_ms": duration, "caller": state.caller}
-        self._emit(event_type, content, own(meta), created_at=state.ended_at)
+        self._emit(event_type, content, self._own(meta), created_at=state.ended_at)
 
     def _end_root(self, output: Any) -> None:
         state = self.state
@@ -721,12 +732,6 @@ class RunRecorder:
             redacted = Normalized.from_text(self._redacted_json(content))  # the row shows what is stored
             message = redacted.value["message"] if isinstance(redacted.value, dict) else content["message"]
             self._terminal("run.error", RunStatus.ERROR, redacted, error=str(message))
-
-
-def own(value: Mapping[str, Any]) -> Normalized:
-    """The journal's own values (ids, names, counts, digests, and texts redacted already): encoded,
-    with nothing left to redact."""
-    return Normalized.from_text(encode(value))
 
 
 def _build_row(tally: RunTally, **fields: Any) -> RunRow:
