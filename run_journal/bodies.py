@@ -120,11 +120,7 @@ def check_bodies(bodies: Iterable[Body]) -> tuple[Body, ...]:
     seen: dict[tuple[str, str], Body] = {}
     thread_id = None  # the bodies of one write are mostly one thread's: its id is checked once
     for body in bodies:
-        if (type(body) is Body and body.hashed and body.thread_id == thread_id
-                and len(body.data) <= BODY_LIMIT):
-            checked = body  # check_body's answer for a body hashed here, of the thread just checked
-        else:
-            checked = check_body(body, thread_id)
-            thread_id = checked.thread_id
+        checked = check_body(body, thread_id)
+        thread_id = checked.thread_id
         seen.setdefault((thread_id, checked.digest), checked)
     return tuple(seen.values())
