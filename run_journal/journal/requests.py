@@ -44,7 +44,8 @@ CACHED_MESSAGES: Final = 20_000
 """Message digests one thread keeps (then the cache starts over: messages are hashed again)."""
 CACHED_BYTES: Final = 64 * 1024 * 1024
 """The messages the process keeps for its digest caches, in bytes of their bodies: one thread's cache
-starts over past it, and the least recently used threads are forgotten while all of them hold more."""
+starts over past it, and as a thread remembers a message the least recently used other threads are
+forgotten while all of them hold more (``_Registry.trim``)."""
 CACHED_LINKS: Final = 50_000
 CACHED_THREADS: Final = 128
 """Threads whose bodies the process remembers (least recently used ones are forgotten)."""
@@ -314,9 +315,8 @@ class _Registry:
             if replaced is not None:
                 budget.release(replaced)
             self._threads[key] = found
-            threads = self._threads
-            while len(threads) > CACHED_THREADS or (budget.held > CACHED_BYTES and len(threads) > 1):
-                budget.release(threads.popitem(last=False)[1])
+            while len(self._threads) > CACHED_THREADS:  # the bytes are held to CACHED_BYTES by trim
+                budget.release(self._threads.popitem(last=False)[1])
             return found
 
     def trim(self, active: ThreadBodies) -> None:
