@@ -6,18 +6,12 @@ import subprocess
 import sys
 from typing import Any
 
+from _agent_tools import add
 from langchain.agents import create_agent
-from langchain_core.tools import tool
 
 from run_journal import envelope
 from run_journal.envelope import NewEvent
 from run_journal.testing import ScriptedChatModel, capture_run, reply
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
 
 
 def agent() -> Any:
