@@ -394,10 +394,13 @@ async def test_a_concurrent_future_awaited_on_its_own_loop_or_from_another_threa
     never: concurrent.futures.Future[int] = concurrent.futures.Future()
     waiting = asyncio.ensure_future(settled(never))
     await asyncio.sleep(0)
+    other = asyncio.ensure_future(settled(never))  # a second waiter of the same future
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
     assert never.cancelled()
+    with pytest.raises(asyncio.CancelledError):  # as asyncio's, not concurrent.futures' CancelledError
+        await other
 
 
 async def test_a_coroutine_started_on_its_own_loop_reports_to_a_concurrent_future() -> None:
